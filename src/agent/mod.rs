@@ -1,0 +1,60 @@
+//! Agents: the built-in adapters and custom commands from `cassist.kdl`.
+//!
+//! This module knows each built-in agent's program and how to ask its
+//! version; running agents comes with the executor.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The built-in agents, in the order they are listed.
+pub const BUILTIN_AGENTS: &[&str] = &["claude", "codex", "droid", "gemini"];
+
+/// The program a built-in agent runs, and how to install it.
+pub fn builtin_program(name: &str) -> Option<(&'static str, &'static str)> {
+    Some(match name {
+        "claude" => ("claude", "npm install -g @anthropic-ai/claude-code"),
+        "codex" => ("codex", "npm install -g @openai/codex"),
+        "droid" => ("droid", "npm install -g droid (Factory Droid)"),
+        "gemini" => ("gemini", "npm install -g @google/gemini-cli"),
+        _ => return None,
+    })
+}
+
+/// Finds `program` on `PATH` (or as a path when it holds a `/`).
+pub fn which(program: &str, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    if program.contains('/') {
+        let p = Path::new(program);
+        return is_executable(p).then(|| p.to_path_buf());
+    }
+    let path_var = path_var.map(ToOwned::to_owned).or_else(|| std::env::var_os("PATH"))?;
+    std::env::split_paths(&path_var).map(|dir| dir.join(program)).find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Runs `program --version` with a timeout and returns its first line that
+/// holds a digit (CLIs print banners around the version).
+pub fn version_of(program: &Path, timeout: Duration) -> Option<String> {
+    let handle =
+        duct::cmd(program, ["--version"]).stdin_null().stderr_to_stdout().stdout_capture().unchecked().start().ok()?;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match handle.try_wait() {
+            Ok(Some(out)) => {
+                let text = String::from_utf8_lossy(&out.stdout);
+                return text.lines().map(str::trim).find(|l| l.chars().any(|c| c.is_ascii_digit())).map(|l| {
+                    let l: String = l.chars().take(80).collect();
+                    l
+                });
+            }
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = handle.kill();
+                return None;
+            }
+        }
+    }
+}

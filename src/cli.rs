@@ -1,0 +1,84 @@
+//! Command-line definitions (clap), nothing else.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cassist",
+    version,
+    about = "A declarative, reproducible task runner for coding agents",
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Run as if started in DIR (the project root is found from there).
+    #[arg(short = 'C', global = true, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// When to use colours (NO_COLOR is honoured by `auto`).
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    pub color: ColorChoice,
+    /// Print only failures and the summary.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Print more detail.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate task files and the config; exit 0 or 2.
+    Check(TaskArgs),
+    /// Show the run order, hashes and states.
+    Plan {
+        #[command(flatten)]
+        tasks: TaskArgs,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the prompt the agent would get.
+    Prompt {
+        /// The task's name.
+        task: String,
+        #[command(flatten)]
+        tasks: TaskArgs,
+    },
+    /// Show a task's inputs and their hashes: why it is in its state.
+    Explain {
+        /// The task's name.
+        task: String,
+        #[command(flatten)]
+        tasks: TaskArgs,
+        /// Print the whole hash key document as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List built-in and custom agents: installed?, version.
+    Agents,
+    /// Write a commented cassist.kdl and tasks/example.kdl.
+    Init,
+    /// Print a shell completion script.
+    Completions { shell: clap_complete::Shell },
+}
+
+/// Where the tasks are, and what the command line adds to them.
+#[derive(Debug, Args, Default)]
+pub struct TaskArgs {
+    /// Task files or folders (default: tasks/ under the project root).
+    #[arg(value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Agent for every task that names none.
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+}

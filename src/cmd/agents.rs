@@ -1,0 +1,114 @@
+//! `cassist agents`: built-in and custom agents, installed?, version.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::agent::{BUILTIN_AGENTS, builtin_program, version_of, which};
+use crate::exit;
+use crate::report::Output;
+use crate::report::table::Table;
+use crate::spec::CustomAgentDef;
+use crate::spec::Diagnostics;
+
+struct Row {
+    name: String,
+    kind: &'static str,
+    program: String,
+    found: Option<std::path::PathBuf>,
+    version: Option<String>,
+    hint: String,
+}
+
+pub fn run(cwd: &Path, out: &Output) -> i32 {
+    let mut diags = Diagnostics::default();
+    let project = crate::project::Project::load(cwd, &mut diags);
+    if diags.has_errors() {
+        out.print_diagnostics(&diags.sorted());
+        return exit::INVALID_INPUT;
+    }
+    let mut rows: Vec<Row> = Vec::new();
+    for name in BUILTIN_AGENTS {
+        let (program, hint) = builtin_program(name).unwrap_or((name, ""));
+        rows.push(Row {
+            name: (*name).to_owned(),
+            kind: "built-in",
+            program: program.to_owned(),
+            found: which(program, None),
+            version: None,
+            hint: hint.to_owned(),
+        });
+    }
+    for (name, agent) in &project.config.agents {
+        match &agent.def {
+            CustomAgentDef::Command { argv } => {
+                let program = argv.first().cloned().unwrap_or_default();
+                let found = which(&program, None).or_else(|| {
+                    // Relative programs are relative to the project root.
+                    program.contains('/').then(|| project.root.join(&program)).filter(|p| p.is_file())
+                });
+                rows.push(Row {
+                    name: name.clone(),
+                    kind: "custom",
+                    program,
+                    found,
+                    version: None,
+                    hint: "check the `command` in cassist.kdl".to_owned(),
+                });
+            }
+            CustomAgentDef::Try(list) => {
+                let names: Vec<&str> = list.iter().map(|s| s.value.as_str()).collect();
+                rows.push(Row {
+                    name: name.clone(),
+                    kind: "failover",
+                    program: format!("try {}", names.join(", ")),
+                    found: None,
+                    version: None,
+                    hint: String::new(),
+                });
+            }
+        }
+    }
+    // Versions of built-in CLIs, asked in parallel: each may take a while
+    // to start (Node).
+    std::thread::scope(|s| {
+        for row in rows.iter_mut().filter(|r| r.kind == "built-in") {
+            if let Some(path) = row.found.clone() {
+                s.spawn(move || row.version = version_of(&path, Duration::from_secs(10)));
+            }
+        }
+    });
+    // A failover chain is available when one of its agents is.
+    let available: Vec<(String, bool)> = rows.iter().map(|r| (r.name.clone(), r.found.is_some())).collect();
+    for row in rows.iter_mut().filter(|r| r.kind == "failover") {
+        if let Some(CustomAgentDef::Try(list)) = project.config.agents.get(&row.name).map(|a| &a.def) {
+            let first = list.iter().find(|n| available.iter().any(|(a, ok)| a == &n.value && *ok));
+            row.hint = match first {
+                Some(n) => format!("would use {}", n.value),
+                None => "none of its agents is installed".to_owned(),
+            };
+        }
+    }
+    let mut table = Table::new(&["AGENT", "TYPE", "PROGRAM", "INSTALLED", "VERSION"]);
+    for r in &rows {
+        let installed = match (&r.found, r.kind) {
+            (_, "failover") => {
+                if r.hint.starts_with("would") {
+                    out.green(&r.hint)
+                } else {
+                    out.yellow(&r.hint)
+                }
+            }
+            (Some(p), _) => out.green(&p.display().to_string()),
+            (None, _) => out.yellow(&format!("not found ({})", r.hint)),
+        };
+        table.row(vec![
+            r.name.clone(),
+            r.kind.to_owned(),
+            r.program.clone(),
+            installed,
+            r.version.clone().unwrap_or_else(|| "-".to_owned()),
+        ]);
+    }
+    print!("{}", table.render(|h| out.dim(h)));
+    exit::SUCCESS
+}

@@ -1,0 +1,32 @@
+//! `cassist check`: validate everything, run nothing, write nothing.
+
+use std::path::Path;
+
+use crate::cli::TaskArgs;
+use crate::exit;
+use crate::report::Output;
+
+pub fn run(cwd: &Path, args: &TaskArgs, out: &Output) -> i32 {
+    match crate::plan::load(cwd, &super::load_options(args)) {
+        Ok(loaded) => {
+            out.print_diagnostics(&loaded.warnings);
+            if !out.quiet {
+                let mut files: Vec<&str> = loaded.tasks.iter().map(|t| t.source.name.as_str()).collect();
+                files.dedup();
+                let n = loaded.tasks.len();
+                println!(
+                    "{} {n} task{} in {} file{}",
+                    out.green("ok:"),
+                    if n == 1 { "" } else { "s" },
+                    files.len(),
+                    if files.len() == 1 { "" } else { "s" }
+                );
+            }
+            exit::SUCCESS
+        }
+        Err(diags) => {
+            out.print_diagnostics(&diags);
+            exit::INVALID_INPUT
+        }
+    }
+}

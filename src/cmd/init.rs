@@ -1,0 +1,98 @@
+//! `cassist init`: a commented config and an example task.
+
+use std::path::Path;
+
+use crate::exit;
+use crate::report::Output;
+
+pub const CONFIG_TEMPLATE: &str = r#"// cassist.kdl: the project config of cassist (https://kdl.dev syntax).
+// Every setting is optional.
+
+// The highest sandbox level tasks may use. Without a trust, every task
+// runs read-only. Levels: "read-only", "workspace-write", "full".
+trust "workspace-write"
+
+defaults {
+    agent "claude"          // claude | codex | droid | gemini | a custom agent below
+    timeout "30m"           // per agent invocation: "90s", "3m", "1h30m"
+    max-iterations 3        // review/acceptance feedback rounds
+    // max-cost 2.50        // USD per task, where the agent reports cost
+}
+
+// setup "npm ci"           // run in each fresh workspace before the agent
+// test "cargo test"        // project tests (detected when not set; `test #false` turns them off)
+// build "cargo build"      // must still pass after a change is integrated
+// prompt-template "prompts/task.md"
+// instructions "docs/agent-instructions.md"
+
+// A custom agent: any command. {prompt}, {prompt_file}, {workdir} and
+// {task} are replaced; the prompt also arrives on stdin.
+// agent "aider" {
+//     command "aider" "--yes-always" "--message-file" "{prompt_file}"
+//     pass-env "OPENAI_API_KEY"
+// }
+
+// A failover chain: the first available agent wins.
+// agent "fast" {
+//     try "claude" "codex"
+// }
+"#;
+
+pub const EXAMPLE_TASK: &str = r#"// A task for a coding agent. `cassist check` validates it,
+// `cassist prompt example` shows what the agent would be told.
+task "example" {
+    goal "Add a README section that explains how to run the tests."
+    // kind "code"                 // code | explore | review | test
+    // depends-on "other-task"
+    context {
+        file "README.md"           // globs relative to the project root
+    }
+    scope {                        // what the agent may change
+        path "README.md"
+    }
+    constraints {
+        - "Keep the existing sections unchanged"
+    }
+    acceptance {
+        run "grep -qi test README.md" timeout="1m"
+    }
+}
+"#;
+
+pub fn run(cwd: &Path, out: &Output) -> i32 {
+    let config = cwd.join(crate::project::CONFIG_FILE);
+    let example = cwd.join("tasks").join("example.kdl");
+    let existing: Vec<String> = [&config, &example]
+        .iter()
+        .filter(|p| p.exists())
+        .map(|p| p.strip_prefix(cwd).unwrap_or(p).display().to_string())
+        .collect();
+    if !existing.is_empty() {
+        let d = crate::spec::SpecDiagnostic::error(
+            "init-exists",
+            format!("{} already exist{}", existing.join(" and "), if existing.len() == 1 { "s" } else { "" }),
+        )
+        .help("cassist init never overwrites files; move them away first, or edit them");
+        out.print_diagnostics(&[d]);
+        return exit::INVALID_INPUT;
+    }
+    let result = std::fs::create_dir_all(cwd.join("tasks"))
+        .and_then(|_| write_new(&config, CONFIG_TEMPLATE))
+        .and_then(|_| write_new(&example, EXAMPLE_TASK));
+    if let Err(e) = result {
+        eprintln!("error: cannot write the files: {e}");
+        return exit::TASK_FAILED;
+    }
+    if !out.quiet {
+        println!("wrote cassist.kdl and tasks/example.kdl");
+        println!("next: edit tasks/example.kdl, then `cassist check` and `cassist plan`");
+    }
+    exit::SUCCESS
+}
+
+/// Creates a file that must not exist yet (no race with another writer).
+fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
+    f.write_all(text.as_bytes())
+}

@@ -1,0 +1,95 @@
+//! `cassist plan`: run order, hashes, states.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::cli::TaskArgs;
+use crate::exit;
+use crate::plan::hash::Input;
+use crate::report::Output;
+use crate::report::table::Table;
+
+/// The `plan --json` shape of SPEC 5.
+#[derive(Serialize)]
+pub struct PlanJson<'a> {
+    pub tasks: Vec<PlanTaskJson<'a>>,
+}
+
+#[derive(Serialize)]
+pub struct PlanTaskJson<'a> {
+    pub name: &'a str,
+    pub file: &'a str,
+    pub hash: &'a str,
+    pub state: &'static str,
+    pub agent: &'a str,
+    pub kind: &'static str,
+    pub depends_on: &'a [String],
+    pub inputs: &'a [Input],
+}
+
+pub fn run(cwd: &Path, args: &TaskArgs, json: bool, out: &Output) -> i32 {
+    let plan = match super::plan_or_exit(cwd, args, out) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    if json {
+        let doc = PlanJson {
+            tasks: plan
+                .tasks
+                .iter()
+                .map(|t| PlanTaskJson {
+                    name: &t.task.name,
+                    file: &t.task.source.name,
+                    hash: &t.hash,
+                    state: t.state.as_str(),
+                    agent: &t.agent,
+                    kind: t.task.kind.as_str(),
+                    depends_on: &t.key.spec.depends_on,
+                    inputs: &t.key.inputs,
+                })
+                .collect(),
+        };
+        match serde_json::to_string_pretty(&doc) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("error: cannot write JSON: {e}");
+                return exit::TASK_FAILED;
+            }
+        }
+        return exit::SUCCESS;
+    }
+    let mut table = Table::new(&["#", "TASK", "STATE", "AGENT", "KIND", "SANDBOX", "HASH", "DEPENDS ON"]);
+    for (i, t) in plan.tasks.iter().enumerate() {
+        let state = match t.state {
+            crate::plan::State::UpToDate => out.green(t.state.as_str()),
+            crate::plan::State::Replay => out.yellow(t.state.as_str()),
+            crate::plan::State::Run => out.bold(t.state.as_str()),
+        };
+        table.row(vec![
+            (i + 1).to_string(),
+            t.task.name.clone(),
+            state,
+            t.agent.clone(),
+            t.task.kind.to_string(),
+            t.sandbox.to_string(),
+            t.hash[..12].to_owned(),
+            if t.key.spec.depends_on.is_empty() { out.dim("-") } else { t.key.spec.depends_on.join(", ") },
+        ]);
+    }
+    print!("{}", table.render(|h| out.dim(h)));
+    if !out.quiet {
+        let runs = plan.tasks.iter().filter(|t| t.state == crate::plan::State::Run).count();
+        println!(
+            "\n{} task{}; {runs} to run{}",
+            plan.tasks.len(),
+            if plan.tasks.len() == 1 { "" } else { "s" },
+            if out.verbose > 0 {
+                format!("; {} file(s) hashed, the rest from the cache", plan.files_hashed)
+            } else {
+                String::new()
+            }
+        );
+    }
+    exit::SUCCESS
+}

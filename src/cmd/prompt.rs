@@ -1,0 +1,24 @@
+//! `cassist prompt TASK`: the rendered prompt.
+
+use std::path::Path;
+
+use crate::cli::TaskArgs;
+use crate::exit;
+use crate::report::Output;
+
+pub fn run(cwd: &Path, name: &str, args: &TaskArgs, out: &Output) -> i32 {
+    let plan = match super::plan_or_exit(cwd, args, out) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let Some(task) = plan.get(name) else {
+        out.print_diagnostics(&[plan.unknown_task(name)]);
+        return exit::INVALID_INPUT;
+    };
+    let tests = plan.project.test_commands();
+    let instructions = plan.project.instruction_files();
+    let acceptance: Vec<String> = task.task.acceptance.iter().map(|a| a.run.value.clone()).collect();
+    let parts = plan.prompt_parts(task, &tests, &instructions, &acceptance);
+    print!("{}", parts.render(&plan.template));
+    exit::SUCCESS
+}

@@ -1,0 +1,45 @@
+//! cassist: a declarative, reproducible task runner for coding agents.
+//!
+//! The pipeline, one stage per module: [`spec`] reads task files and the
+//! config into typed values, [`plan`] resolves context files, orders the
+//! DAG and hashes inputs, [`prompt`] renders what an agent is given,
+//! [`store`] keeps state under `.cassist/`, [`report`] shows it all.
+
+pub mod agent;
+pub mod cli;
+pub mod cmd;
+pub mod exit;
+pub mod plan;
+pub mod project;
+pub mod prompt;
+pub mod report;
+pub mod spec;
+pub mod store;
+
+use clap::Parser;
+
+/// Runs the command line and returns the process exit code.
+pub fn main_entry() -> i32 {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { exit::INVALID_INPUT } else { exit::SUCCESS };
+        }
+    };
+    let out = report::Output::new(cli.color, cli.quiet, cli.verbose);
+    if let Some(dir) = &cli.dir
+        && let Err(e) = std::env::set_current_dir(dir)
+    {
+        eprintln!("error: cannot use -C {}: {e}", dir.display());
+        return exit::INVALID_INPUT;
+    }
+    let cwd = match std::env::current_dir() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: cannot read the current folder: {e}");
+            return exit::INVALID_INPUT;
+        }
+    };
+    cmd::dispatch(cli.command, &cwd, &out)
+}

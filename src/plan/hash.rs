@@ -1,0 +1,86 @@
+//! The input hash (SPEC 4): a canonical serde document of named parts,
+//! hashed with blake3. The document itself can be printed and diffed, which
+//! is how `explain` says what changed.
+
+use serde::Serialize;
+
+/// Bumped when the key's shape changes, so old cache entries never match.
+pub const KEY_FORMAT: u32 = 1;
+
+/// The parts of a task's spec that matter to its result, normalized: no
+/// formatting, comments, file name or position.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SpecKey {
+    pub name: String,
+    pub goal: String,
+    pub kind: String,
+    pub timeout_ms: u64,
+    pub max_iterations: u32,
+    pub max_cost: Option<f64>,
+    /// Patterns as written, sorted and de-duplicated.
+    pub context: Vec<String>,
+    pub scope: Vec<String>,
+    pub reference: Vec<String>,
+    /// In order: the prompt lists them as written.
+    pub constraints: Vec<String>,
+    pub acceptance: Vec<AcceptanceKey>,
+    pub depends_on: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AcceptanceKey {
+    pub run: String,
+    pub timeout_ms: Option<u64>,
+}
+
+/// What the resolved agent contributes.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AgentKey {
+    pub name: String,
+    pub version: Option<String>,
+    /// A custom agent's command line, pass-env and failover list.
+    pub command: Vec<String>,
+    pub pass_env: Vec<String>,
+    pub try_agents: Vec<String>,
+}
+
+/// Project config that changes what a run does.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProjectKey {
+    pub setup: Vec<String>,
+    pub test: Vec<String>,
+    pub build: Vec<String>,
+}
+
+/// One named input and its hash.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Input {
+    pub kind: &'static str,
+    pub name: String,
+    pub hash: String,
+}
+
+/// The whole key: what the input hash is the hash of.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct InputKey {
+    pub format: u32,
+    pub spec: SpecKey,
+    pub inputs: Vec<Input>,
+}
+
+impl InputKey {
+    pub fn hash(&self) -> String {
+        hash_json(self)
+    }
+}
+
+/// blake3 of the canonical JSON of `value` (struct fields in declaration
+/// order, maps sorted, no whitespace).
+pub fn hash_json<T: Serialize>(value: &T) -> String {
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    blake3::hash(&bytes).to_hex().to_string()
+}
+
+pub fn hash_bytes(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}

@@ -1,0 +1,517 @@
+//! From task files to a [`Plan`]: discovery, validation across files,
+//! context resolution, the DAG and the input hashes.
+
+pub mod context;
+pub mod dag;
+pub mod discover;
+pub mod filehash;
+pub mod hash;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::project::Project;
+use crate::spec::config::CustomAgentDef;
+use crate::spec::diag::{SpecDiagnostic, suggestion};
+use crate::spec::task::parse_task_file;
+use crate::spec::{Diagnostics, Kind, SandboxLevel, SourceFile, Task, read_source};
+use context::{ResolveError, ResolvedFile, Resolver};
+use hash::{AcceptanceKey, AgentKey, Input, InputKey, ProjectKey, SpecKey, hash_bytes, hash_json};
+
+/// Built-in defaults when neither the task nor `defaults` say.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub const DEFAULT_MAX_ITERATIONS: u32 = 3;
+pub const DEFAULT_AGENT: &str = "claude";
+
+/// What the command line adds to the task files.
+#[derive(Debug, Default, Clone)]
+pub struct LoadOptions {
+    /// Files and folders given on the command line (default: `tasks/`).
+    pub paths: Vec<PathBuf>,
+    /// `--agent`.
+    pub agent: Option<String>,
+}
+
+/// A task's resolved context and reference files.
+pub type TaskFiles = (Vec<ResolvedFile>, Vec<ResolvedFile>);
+
+/// Everything read and validated, before hashing.
+pub struct Loaded {
+    pub project: Project,
+    /// Tasks in run order.
+    pub tasks: Vec<Task>,
+    /// Per task (same order): resolved context and reference files.
+    pub files: Vec<TaskFiles>,
+    pub template: (String, String),
+    /// Warnings to show even when everything is valid.
+    pub warnings: Vec<SpecDiagnostic>,
+    pub agent_override: Option<String>,
+}
+
+/// A task's state against the cache (SPEC 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    UpToDate,
+    Replay,
+    Run,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::UpToDate => "up-to-date",
+            State::Replay => "replay",
+            State::Run => "run",
+        }
+    }
+}
+
+/// One task, ready to run.
+#[derive(Debug, Clone)]
+pub struct PlannedTask {
+    pub task: Task,
+    pub agent: String,
+    pub sandbox: SandboxLevel,
+    pub timeout: Duration,
+    pub max_iterations: u32,
+    pub max_cost: Option<f64>,
+    pub context_files: Vec<String>,
+    pub reference_files: Vec<String>,
+    pub key: InputKey,
+    pub hash: String,
+    pub state: State,
+}
+
+/// Tasks in run order with their hashes.
+pub struct Plan {
+    pub project: Project,
+    pub tasks: Vec<PlannedTask>,
+    pub template: String,
+    pub template_name: String,
+    pub warnings: Vec<SpecDiagnostic>,
+    /// Files read and hashed while planning (the rest came from the cache).
+    pub files_hashed: usize,
+}
+
+impl Plan {
+    pub fn get(&self, name: &str) -> Option<&PlannedTask> {
+        self.tasks.iter().find(|t| t.task.name == name)
+    }
+
+    /// A diagnostic for an unknown task name given on the command line.
+    pub fn unknown_task(&self, name: &str) -> SpecDiagnostic {
+        let names: Vec<&str> = self.tasks.iter().map(|t| t.task.name.as_str()).collect();
+        SpecDiagnostic::error("unknown-task", format!("no task named `{name}`")).help(
+            match crate::spec::diag::did_you_mean(name, names.iter().copied()) {
+                Some(s) => format!("did you mean `{s}`?"),
+                None => "`cassist plan` lists the tasks".to_owned(),
+            },
+        )
+    }
+
+    /// The prompt parts of a task.
+    pub fn prompt_parts<'a>(
+        &'a self,
+        t: &'a PlannedTask,
+        tests: &'a [String],
+        instructions: &'a [String],
+        acceptance: &'a [String],
+    ) -> crate::prompt::PromptParts<'a> {
+        crate::prompt::PromptParts {
+            task: &t.task.name,
+            kind: t.task.kind,
+            goal: &t.task.goal,
+            context_files: &t.context_files,
+            instruction_files: instructions,
+            dependency_summaries: &[],
+            scope: &t.key.spec.scope,
+            constraints: &t.task.constraints,
+            acceptance,
+            test_commands: tests,
+            reference_files: &t.reference_files,
+        }
+    }
+}
+
+/// Reads the config and every task file, and checks everything that can be
+/// checked without running anything. All problems of all files come back
+/// at once, sorted.
+pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic>> {
+    let mut diags = Diagnostics::default();
+    let project = Project::load(cwd, &mut diags);
+
+    // Task files.
+    let files = match discover::task_files(cwd, &project.root, &opts.paths) {
+        Ok(f) => f,
+        Err(d) => {
+            diags.push(d);
+            return Err(diags.sorted());
+        }
+    };
+    let mut tasks: Vec<Task> = Vec::new();
+    let mut partial = false;
+    for path in &files {
+        match read_source(path, project.display(path)) {
+            Ok(src) => match parse_task_file(&src, &mut diags) {
+                Some(t) => tasks.extend(t),
+                None => partial = true,
+            },
+            Err(d) => {
+                diags.push(d);
+                partial = true;
+            }
+        }
+    }
+
+    // Names unique across the run.
+    let mut first: HashMap<String, usize> = HashMap::new();
+    let mut dup = vec![false; tasks.len()];
+    for (i, t) in tasks.iter().enumerate() {
+        if let Some(&j) = first.get(&t.name) {
+            let prev = &tasks[j];
+            let (line, col) = prev.source.line_col(prev.name_span.offset());
+            let mut d = SpecDiagnostic::error("duplicate-task", format!("task `{}` is defined twice", t.name)).at(
+                &t.source,
+                t.name_span,
+                "defined again here",
+            );
+            if Arc::ptr_eq(&prev.source, &t.source) {
+                d = d.also(prev.name_span, "first defined here");
+            }
+            diags.push(d.help(format!(
+                "task names are unique across the run; the first is at {}:{line}:{col}",
+                prev.source.name
+            )));
+            dup[i] = true;
+        } else {
+            first.insert(t.name.clone(), i);
+        }
+    }
+    let mut i = 0;
+    tasks.retain(|_| {
+        i += 1;
+        !dup[i - 1]
+    });
+
+    // Agents, sandbox and trust.
+    let agent_override = opts.agent.clone().or_else(|| std::env::var("CASSIST_AGENT").ok().filter(|s| !s.is_empty()));
+    if let Some(a) = &agent_override
+        && !project.config.knows_agent(a)
+    {
+        let from = if opts.agent.is_some() { "--agent" } else { "CASSIST_AGENT" };
+        diags.push(
+            SpecDiagnostic::error("unknown-agent", format!("unknown agent `{a}` given by {from}"))
+                .help(suggestion(a, &project.config.agent_names())),
+        );
+    }
+    let names = project.config.agent_names();
+    let trust = project.config.trust.map(|t| t.level);
+    let mut warnings = Vec::new();
+    let mut untrusted_asks = false;
+    for t in &tasks {
+        if let Some(a) = &t.agent
+            && !project.config.knows_agent(&a.value)
+        {
+            diags.push(
+                SpecDiagnostic::error("unknown-agent", format!("unknown agent `{}`", a.value))
+                    .at(&t.source, a.span, "unknown agent")
+                    .help(suggestion(&a.value, &names)),
+            );
+        }
+        if let Some(s) = &t.sandbox {
+            match trust {
+                Some(level) if s.value > level => {
+                    diags.push(
+                        SpecDiagnostic::error(
+                            "sandbox-above-trust",
+                            format!(
+                                "task `{}` asks for sandbox `{}` but the project trusts only `{level}`",
+                                t.name, s.value
+                            ),
+                        )
+                        .at(&t.source, s.span, "above the project's trust")
+                        .help(format!(
+                            "lower the task's sandbox, or raise `trust` in cassist.kdl to `{}` if you mean it",
+                            s.value
+                        )),
+                    );
+                }
+                None if s.value > SandboxLevel::ReadOnly => untrusted_asks = true,
+                _ => {}
+            }
+            if t.kind.is_read_only() && s.value > SandboxLevel::ReadOnly {
+                warnings.push(
+                    SpecDiagnostic::warning(
+                        "sandbox-ignored",
+                        format!("`{}` tasks are read-only; sandbox `{}` is ignored", t.kind, s.value),
+                    )
+                    .at(&t.source, s.span, "ignored"),
+                );
+            }
+        }
+    }
+    if trust.is_none() && !tasks.is_empty() && (untrusted_asks || tasks.iter().any(|t| !t.kind.is_read_only())) {
+        warnings.push(SpecDiagnostic::warning("untrusted-project", "this project sets no trust: every task runs read-only").help(
+            "to let agents change files, add `trust \"workspace-write\"` to cassist.kdl (or `trust_level = \"trusted\"` to .agents/config.toml)",
+        ));
+    }
+
+    // Template placeholders.
+    let (template_name, template_src) = project.template();
+    let template_text = match &template_src {
+        Some(src) => {
+            check_template(src, &mut diags);
+            src.text.to_string()
+        }
+        None => crate::prompt::DEFAULT_TEMPLATE.to_owned(),
+    };
+
+    // The DAG.
+    let order = dag::order(&tasks, partial, &mut diags);
+
+    // Context and reference files.
+    let mut resolver = Resolver::new(&project.root);
+    let mut resolved = Vec::with_capacity(tasks.len());
+    for t in &tasks {
+        let ctx = resolve_all(&mut resolver, t, &t.context, true, &mut diags);
+        let refs = resolve_all(&mut resolver, t, &t.reference, true, &mut diags);
+        for s in &t.scope {
+            // Scope globs may match nothing, but must not lead outside.
+            if let Err(ResolveError::Escapes { path, target }) = resolver.resolve(&s.value) {
+                diags.push(escape_diag(t, s.span, &path, &target));
+            }
+        }
+        resolved.push((ctx, refs));
+    }
+
+    if diags.has_errors() {
+        let mut all = diags;
+        for w in warnings {
+            all.push(w);
+        }
+        return Err(all.sorted());
+    }
+    let Some(order) = order else {
+        return Err(diags.sorted());
+    };
+    for d in diags.sorted() {
+        warnings.push(d);
+    }
+    let mut slots: Vec<Option<(Task, TaskFiles)>> = tasks.into_iter().zip(resolved).map(Some).collect();
+    let (tasks, files): (Vec<_>, Vec<_>) = order.iter().filter_map(|&i| slots[i].take()).unzip();
+    Ok(Loaded { project, tasks, files, template: (template_name, template_text), warnings, agent_override })
+}
+
+fn escape_diag(t: &Task, span: miette::SourceSpan, path: &str, target: &str) -> SpecDiagnostic {
+    SpecDiagnostic::error("path-escapes", format!("`{path}` leads outside the project (to {target})"))
+        .at(&t.source, span, "symlink out of the project")
+        .help("agents work on a copy of the project; files outside it cannot be used: copy the file into the project instead")
+}
+
+fn resolve_all(
+    resolver: &mut Resolver,
+    t: &Task,
+    patterns: &[crate::spec::Spanned<String>],
+    must_match: bool,
+    diags: &mut Diagnostics,
+) -> Vec<ResolvedFile> {
+    let mut out: Vec<ResolvedFile> = Vec::new();
+    for p in patterns {
+        match resolver.resolve(&p.value) {
+            Ok(files) if files.is_empty() && must_match => diags.push(
+                SpecDiagnostic::error("no-match", format!("`{}` matches no file", p.value))
+                    .at(&t.source, p.span, "matches nothing")
+                    .help("context and reference paths are relative to the project root; a typo here would silently change what the agent sees"),
+            ),
+            Ok(files) => out.extend(files),
+            Err(ResolveError::Escapes { path, target }) => diags.push(escape_diag(t, p.span, &path, &target)),
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out.dedup_by(|a, b| a.path == b.path);
+    out
+}
+
+fn check_template(src: &Arc<SourceFile>, diags: &mut Diagnostics) {
+    for (range, name) in crate::prompt::scan_placeholders(&src.text) {
+        if !crate::prompt::TEMPLATE_PLACEHOLDERS.contains(&name.as_str()) {
+            let mut d = SpecDiagnostic::error(
+                "unknown-placeholder",
+                format!("unknown placeholder `{{{name}}}` in the prompt template"),
+            )
+            .at(src, range.into(), "unknown placeholder")
+            .help(format!(
+                "{} (available: {}; write `{{{{` and `}}}}` for literal braces)",
+                suggestion(&name, crate::prompt::TEMPLATE_PLACEHOLDERS),
+                crate::prompt::TEMPLATE_PLACEHOLDERS.iter().map(|p| format!("{{{p}}}")).collect::<Vec<_>>().join(", ")
+            ));
+            d.code = "unknown-placeholder";
+            diags.push(d);
+        }
+    }
+}
+
+/// Hashes the loaded tasks into a plan.
+pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
+    let Loaded { project, tasks, files, template, warnings, agent_override } = loaded;
+    let config = &project.config;
+
+    // Hash every distinct file once, in parallel, through the cache.
+    let cache_path = crate::store::state_dir(&project.root).join("cache").join("file-hashes");
+    let mut cache = filehash::FileHashCache::load(&cache_path);
+    let mut unique: Vec<&ResolvedFile> = files.iter().flat_map(|(c, r)| c.iter().chain(r.iter())).collect();
+    let instructions = config
+        .instructions
+        .as_ref()
+        .and_then(|p| context::Resolver::new(&project.root).resolve(&p.value).ok())
+        .unwrap_or_default();
+    unique.extend(instructions.iter());
+    unique.sort_by(|a, b| a.path.cmp(&b.path));
+    unique.dedup_by(|a, b| a.path == b.path);
+    let hashes = cache
+        .hash_files(&project.root, &unique)
+        .map_err(|(path, e)| SpecDiagnostic::error("read-failed", format!("cannot read {path}: {e}")))?;
+    let file_hash: HashMap<String, String> =
+        unique.iter().zip(hashes).map(|(f, h)| (f.path.clone(), blake3::Hash::from(h).to_hex().to_string())).collect();
+    let files_hashed = cache.hashed;
+    if std::fs::create_dir_all(crate::store::state_dir(&project.root)).is_ok() {
+        let _ = crate::store::ensure_state_dir(&project.root);
+        let _ = cache.save();
+    }
+
+    let template_hash = hash_bytes(template.1.as_bytes());
+    let project_key =
+        ProjectKey { setup: config.setup.clone(), test: project.test_commands(), build: config.build.clone() };
+    let project_hash = hash_json(&project_key);
+
+    let mut planned: Vec<PlannedTask> = Vec::with_capacity(tasks.len());
+    let mut done: HashMap<String, String> = HashMap::new();
+    for (task, (ctx, refs)) in tasks.into_iter().zip(files) {
+        let agent = task
+            .agent
+            .as_ref()
+            .map(|a| a.value.clone())
+            .or_else(|| agent_override.clone())
+            .or_else(|| config.defaults.agent.as_ref().map(|a| a.value.clone()))
+            .unwrap_or_else(|| DEFAULT_AGENT.to_owned());
+        let sandbox = effective_sandbox(&task, config.trust.map(|t| t.level));
+        let timeout = task.timeout.or(config.defaults.timeout).unwrap_or(DEFAULT_TIMEOUT);
+        let max_iterations = task.max_iterations.or(config.defaults.max_iterations).unwrap_or(DEFAULT_MAX_ITERATIONS);
+        let max_cost = task.max_cost.or(config.defaults.max_cost);
+        let sorted = |v: &[crate::spec::Spanned<String>]| -> Vec<String> {
+            let set: BTreeSet<String> = v.iter().map(|s| s.value.clone()).collect();
+            set.into_iter().collect()
+        };
+        let spec = SpecKey {
+            name: task.name.clone(),
+            goal: task.goal.clone(),
+            kind: task.kind.to_string(),
+            timeout_ms: timeout.as_millis() as u64,
+            max_iterations,
+            max_cost,
+            context: sorted(&task.context),
+            scope: sorted(&task.scope),
+            reference: sorted(&task.reference),
+            constraints: task.constraints.clone(),
+            acceptance: task
+                .acceptance
+                .iter()
+                .map(|a| AcceptanceKey {
+                    run: a.run.value.clone(),
+                    timeout_ms: a.timeout.map(|d| d.as_millis() as u64),
+                })
+                .collect(),
+            depends_on: sorted(&task.depends_on),
+        };
+        let agent_key = agent_key(config, &agent);
+        let mut inputs = vec![
+            Input { kind: "spec", name: task.name.clone(), hash: hash_json(&spec) },
+            Input { kind: "agent", name: agent.clone(), hash: hash_json(&agent_key) },
+            Input { kind: "sandbox", name: sandbox.to_string(), hash: hash_bytes(sandbox.as_str().as_bytes()) },
+            Input { kind: "template", name: template.0.clone(), hash: template_hash.clone() },
+            Input { kind: "project", name: crate::project::CONFIG_FILE.to_owned(), hash: project_hash.clone() },
+        ];
+        if let Some(i) = instructions.first() {
+            inputs.push(Input { kind: "instructions", name: i.path.clone(), hash: file_hash[i.path.as_str()].clone() });
+        }
+        inputs.extend(ctx.iter().map(|f| Input {
+            kind: "context",
+            name: f.path.clone(),
+            hash: file_hash[f.path.as_str()].clone(),
+        }));
+        inputs.extend(refs.iter().map(|f| Input {
+            kind: "reference",
+            name: f.path.clone(),
+            hash: file_hash[f.path.as_str()].clone(),
+        }));
+        for d in &spec.depends_on {
+            inputs.push(Input { kind: "dependency", name: d.clone(), hash: done.get(d).cloned().unwrap_or_default() });
+        }
+        let key = InputKey { format: hash::KEY_FORMAT, spec, inputs };
+        let hash = key.hash();
+        done.insert(task.name.clone(), hash.clone());
+        planned.push(PlannedTask {
+            agent,
+            sandbox,
+            timeout,
+            max_iterations,
+            max_cost,
+            context_files: ctx.iter().map(|f| f.path.clone()).collect(),
+            reference_files: refs.iter().map(|f| f.path.clone()).collect(),
+            key,
+            hash,
+            state: State::Run,
+            task,
+        });
+    }
+    Ok(Plan { project, tasks: planned, template: template.1, template_name: template.0, warnings, files_hashed })
+}
+
+/// The sandbox a task runs under: read-only kinds are forced read-only; no
+/// trust means read-only; otherwise the task's level, else the trust (never
+/// `full` unless asked for).
+pub fn effective_sandbox(task: &Task, trust: Option<SandboxLevel>) -> SandboxLevel {
+    let Some(trust) = trust else { return SandboxLevel::ReadOnly };
+    if task.kind.is_read_only() {
+        return SandboxLevel::ReadOnly;
+    }
+    match &task.sandbox {
+        Some(s) => s.value.min(trust),
+        None => trust.min(SandboxLevel::WorkspaceWrite),
+    }
+}
+
+fn agent_key(config: &crate::spec::ProjectConfig, name: &str) -> AgentKey {
+    let mut key = AgentKey {
+        name: name.to_owned(),
+        version: None,
+        command: Vec::new(),
+        pass_env: Vec::new(),
+        try_agents: Vec::new(),
+    };
+    if let Some(custom) = config.agents.get(name) {
+        key.pass_env = custom.pass_env.clone();
+        match &custom.def {
+            CustomAgentDef::Command { argv } => key.command = argv.clone(),
+            CustomAgentDef::Try(list) => key.try_agents = list.iter().map(|s| s.value.clone()).collect(),
+        }
+    }
+    key
+}
+
+/// Convenience: load and plan.
+pub fn load_and_plan(cwd: &Path, opts: &LoadOptions) -> Result<Plan, Vec<SpecDiagnostic>> {
+    let loaded = load(cwd, opts)?;
+    plan(loaded).map_err(|d| vec![d])
+}
+
+impl PlannedTask {
+    pub fn kind(&self) -> Kind {
+        self.task.kind
+    }
+}

@@ -1,0 +1,255 @@
+//! The prompt an agent gets (SPEC 3.1), rendered from a template.
+//!
+//! Templates are Markdown with `{name}` placeholders; `{{` and `}}` stand
+//! for literal braces. Braces around anything that is not a plain word (a
+//! shell snippet, JSON) are kept as written.
+
+use std::ops::Range;
+
+/// The default template: the five sections of SPEC 3.1.
+pub const DEFAULT_TEMPLATE: &str = "\
+# Goal
+{goal}
+
+# Context
+{context}
+
+# Constraints
+{constraints}
+
+# Acceptance criteria
+{acceptance}
+
+# Reference
+{reference}
+";
+
+/// Placeholders a prompt template may use.
+pub const TEMPLATE_PLACEHOLDERS: &[&str] =
+    &["goal", "context", "constraints", "acceptance", "reference", "scope", "task", "kind"];
+
+/// Instruction files cited in the Context section when the project has them.
+pub const INSTRUCTION_FILES: &[&str] = &["AGENTS.md", "SKILL.md", "TOOL.md", "CLAUDE.md"];
+
+enum Piece<'a> {
+    Text(&'a str),
+    Field(&'a str),
+}
+
+fn is_word(s: &str) -> bool {
+    let mut c = s.chars();
+    matches!(c.next(), Some(ch) if ch.is_ascii_alphabetic() || ch == '_')
+        && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+}
+
+fn pieces(text: &str) -> Vec<(Range<usize>, Piece<'_>)> {
+    let mut out = Vec::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    let mut lit_start = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'{' if bytes.get(i + 1) == Some(&b'{') => {
+                out.push((lit_start..i + 1, Piece::Text(&text[lit_start..i + 1])));
+                i += 2;
+                lit_start = i;
+            }
+            b'}' if bytes.get(i + 1) == Some(&b'}') => {
+                out.push((lit_start..i + 1, Piece::Text(&text[lit_start..i + 1])));
+                i += 2;
+                lit_start = i;
+            }
+            b'{' => {
+                if let Some(close) = text[i + 1..].find('}') {
+                    let inner = &text[i + 1..i + 1 + close];
+                    if is_word(inner) {
+                        out.push((lit_start..i, Piece::Text(&text[lit_start..i])));
+                        out.push((i..i + close + 2, Piece::Field(inner)));
+                        i += close + 2;
+                        lit_start = i;
+                        continue;
+                    }
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    out.push((lit_start..text.len(), Piece::Text(&text[lit_start..])));
+    out
+}
+
+/// Every `{word}` placeholder in `text`, with its byte range (braces
+/// included).
+pub fn scan_placeholders(text: &str) -> Vec<(Range<usize>, String)> {
+    pieces(text)
+        .into_iter()
+        .filter_map(|(r, p)| match p {
+            Piece::Field(name) => Some((r, name.to_owned())),
+            Piece::Text(_) => None,
+        })
+        .collect()
+}
+
+/// Fills `template`; `value` gives each placeholder's text (`None` keeps it
+/// as written, which validation has already reported).
+pub fn fill(template: &str, value: impl Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(template.len() * 2);
+    for (range, p) in pieces(template) {
+        match p {
+            Piece::Text(t) => out.push_str(t),
+            Piece::Field(name) => match value(name) {
+                Some(v) => out.push_str(&v),
+                None => out.push_str(&template[range]),
+            },
+        }
+    }
+    out
+}
+
+/// What the prompt of one task is made of, already resolved by the plan.
+pub struct PromptParts<'a> {
+    pub task: &'a str,
+    pub kind: crate::spec::Kind,
+    pub goal: &'a str,
+    pub context_files: &'a [String],
+    /// Instruction files present at the project root.
+    pub instruction_files: &'a [String],
+    /// `(task, summary)` of explore/review dependencies.
+    pub dependency_summaries: &'a [(String, String)],
+    pub scope: &'a [String],
+    pub constraints: &'a [String],
+    pub acceptance: &'a [String],
+    pub test_commands: &'a [String],
+    pub reference_files: &'a [String],
+}
+
+fn bullets(items: impl IntoIterator<Item = String>) -> String {
+    items.into_iter().map(|i| format!("- {i}")).collect::<Vec<_>>().join("\n")
+}
+
+impl PromptParts<'_> {
+    pub fn context_section(&self) -> String {
+        let mut out = Vec::new();
+        if self.context_files.is_empty() {
+            out.push("No context files were named; explore the project as needed.".to_owned());
+        } else {
+            out.push("Read these files first (paths relative to the project root):".to_owned());
+            out.push(bullets(self.context_files.iter().map(|f| format!("`{f}`"))));
+        }
+        if !self.instruction_files.is_empty() {
+            let list = self.instruction_files.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ");
+            out.push(format!("\nThe project's standing instructions are in {list}: read and follow them."));
+        }
+        for (task, summary) in self.dependency_summaries {
+            out.push(format!("\nFindings of task `{task}`:\n{summary}"));
+        }
+        out.join("\n")
+    }
+
+    pub fn scope_text(&self) -> String {
+        if self.scope.is_empty() {
+            "anything in the project except `.git/` and `.cassist/`".to_owned()
+        } else {
+            self.scope.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+        }
+    }
+
+    pub fn constraints_section(&self) -> String {
+        let mut items: Vec<String> = self.constraints.to_vec();
+        if self.kind.is_read_only() {
+            items.push(format!(
+                "This is a read-only {} task: do not create, modify or delete any file. Your final message is the result: make it a complete, concise answer.",
+                self.kind
+            ));
+        } else if self.kind == crate::spec::Kind::Test {
+            items.push("This is a test task: you may run commands, but do not change any project file.".to_owned());
+        } else {
+            items.push(format!("Do not change files outside the scope: {}.", self.scope_text()));
+        }
+        items.push("Do not commit, push or pull: leave your changes uncommitted in the working tree.".to_owned());
+        items.push("Do not add dependencies without saying why in your final message.".to_owned());
+        items.push(
+            "When you are done, you may write a JSON report to the file named by `$CASSIST_RESULT_FILE`: \
+             `{\"success\": true, \"summary\": \"...\"}`, or `{\"success\": false, \"reason\": \"...\"}` if the task cannot be done."
+                .to_owned(),
+        );
+        bullets(items)
+    }
+
+    pub fn acceptance_section(&self) -> String {
+        if self.acceptance.is_empty() && self.test_commands.is_empty() {
+            return "No acceptance commands: the change is reviewed, not tested.".to_owned();
+        }
+        let mut out = Vec::new();
+        if !self.acceptance.is_empty() {
+            out.push("The task is done when each of these commands exits 0 in the project root:".to_owned());
+            out.push(bullets(self.acceptance.iter().map(|c| format!("`{c}`"))));
+        }
+        if !self.test_commands.is_empty() {
+            out.push(if self.acceptance.is_empty() {
+                "The task is done when the project's tests pass:".to_owned()
+            } else {
+                "Then the project's tests must still pass:".to_owned()
+            });
+            out.push(bullets(self.test_commands.iter().map(|c| format!("`{c}`"))));
+        }
+        out.join("\n")
+    }
+
+    pub fn reference_section(&self) -> String {
+        if self.reference_files.is_empty() {
+            "None.".to_owned()
+        } else {
+            format!("Consult these when useful:\n{}", bullets(self.reference_files.iter().map(|f| format!("`{f}`"))))
+        }
+    }
+
+    /// The value of one template placeholder.
+    pub fn value(&self, name: &str) -> Option<String> {
+        Some(match name {
+            "goal" => self.goal.trim().to_owned(),
+            "context" => self.context_section(),
+            "constraints" => self.constraints_section(),
+            "acceptance" => self.acceptance_section(),
+            "reference" => self.reference_section(),
+            "scope" => self.scope_text(),
+            "task" => self.task.to_owned(),
+            "kind" => self.kind.to_string(),
+            _ => return None,
+        })
+    }
+
+    /// The whole prompt.
+    pub fn render(&self, template: &str) -> String {
+        let mut s = fill(template, |n| self.value(n));
+        if !s.ends_with('\n') {
+            s.push('\n');
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scans_words_only() {
+        let found = scan_placeholders("a {goal} b {{literal}} c {not a word} d {x_1}");
+        let names: Vec<_> = found.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(names, ["goal", "x_1"]);
+        assert_eq!(found[0].0, 2..8);
+    }
+
+    #[test]
+    fn fills_and_unescapes() {
+        let out = fill("{{x}} {goal} {y}", |n| (n == "goal").then(|| "G".to_owned()));
+        assert_eq!(out, "{x} G {y}");
+    }
+
+    #[test]
+    fn shell_braces_are_literal() {
+        assert_eq!(fill("awk '{print $1}'", |_| None), "awk '{print $1}'");
+    }
+}

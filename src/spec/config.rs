@@ -1,0 +1,468 @@
+//! The project config `cassist.kdl` (SPEC 2), and the fallback trust source
+//! `.agents/config.toml`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kdl::{KdlDocument, KdlNode, KdlValue};
+use miette::SourceSpan;
+
+use super::diag::{Diagnostics, SourceFile, Spanned, SpecDiagnostic, from_kdl_error, suggestion};
+use super::reader::{DiagExt, Once, Reader, type_name};
+use super::task::{check_path_pattern, read_max_cost, read_positive_int};
+use super::types::SandboxLevel;
+use crate::agent::BUILTIN_AGENTS;
+
+pub const CONFIG_NODES: &[&str] =
+    &["trust", "defaults", "setup", "test", "build", "prompt-template", "instructions", "agent"];
+const DEFAULTS_NODES: &[&str] = &["agent", "timeout", "max-iterations", "max-cost"];
+const AGENT_NODES: &[&str] = &["command", "pass-env", "try"];
+/// Placeholders a custom agent's command may use.
+pub const COMMAND_PLACEHOLDERS: &[&str] = &["prompt", "prompt_file", "workdir", "task"];
+
+/// Where the trust level came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrustOrigin {
+    Config,
+    AgentsToml,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Trust {
+    pub level: SandboxLevel,
+    pub origin: TrustOrigin,
+}
+
+/// The project test command (SPEC 2).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum TestSetting {
+    /// Not set: detected from the project's files.
+    #[default]
+    Detect,
+    /// `test #false`.
+    Off,
+    Commands(Vec<String>),
+}
+
+#[derive(Debug, Clone)]
+pub enum CustomAgentDef {
+    Command { argv: Vec<String> },
+    Try(Vec<Spanned<String>>),
+}
+
+#[derive(Debug, Clone)]
+pub struct CustomAgent {
+    pub name: String,
+    pub def: CustomAgentDef,
+    pub pass_env: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Defaults {
+    pub agent: Option<Spanned<String>>,
+    pub timeout: Option<Duration>,
+    pub max_iterations: Option<u32>,
+    pub max_cost: Option<f64>,
+}
+
+/// `cassist.kdl`, parsed. An absent file gives the default config.
+#[derive(Debug, Clone, Default)]
+pub struct ProjectConfig {
+    pub source: Option<Arc<SourceFile>>,
+    pub trust: Option<Trust>,
+    pub defaults: Defaults,
+    pub setup: Vec<String>,
+    pub test: TestSetting,
+    pub build: Vec<String>,
+    pub prompt_template: Option<Spanned<String>>,
+    pub instructions: Option<Spanned<String>>,
+    pub agents: BTreeMap<String, CustomAgent>,
+}
+
+impl ProjectConfig {
+    /// Whether `name` is a built-in or custom agent.
+    pub fn knows_agent(&self, name: &str) -> bool {
+        BUILTIN_AGENTS.contains(&name) || self.agents.contains_key(name)
+    }
+
+    /// Every agent name, built-in first.
+    pub fn agent_names(&self) -> Vec<&str> {
+        BUILTIN_AGENTS.iter().copied().chain(self.agents.keys().map(String::as_str)).collect()
+    }
+}
+
+/// Reads `cassist.kdl` (when `src` is given) and `.agents/config.toml` under
+/// `root`.
+pub fn parse_config(root: &Path, src: Option<&Arc<SourceFile>>, diags: &mut Diagnostics) -> ProjectConfig {
+    let mut config = ProjectConfig { source: src.cloned(), ..ProjectConfig::default() };
+    if let Some(src) = src {
+        match KdlDocument::parse(&src.text) {
+            Ok(doc) => read_config(&mut Reader::new(src, diags), &doc, &mut config, root),
+            Err(err) => {
+                for d in from_kdl_error(src, &err) {
+                    diags.push(d);
+                }
+            }
+        }
+    }
+    if config.trust.is_none() {
+        config.trust = read_agents_toml(root, diags);
+    }
+    config
+}
+
+fn read_config(r: &mut Reader<'_>, doc: &KdlDocument, config: &mut ProjectConfig, root: &Path) {
+    let mut once = Once::default();
+    let mut test_nodes: Vec<&KdlNode> = Vec::new();
+    for node in doc.nodes() {
+        let name = Reader::name(node);
+        if matches!(name, "trust" | "defaults" | "prompt-template" | "instructions") && !once.first(r, node) {
+            continue;
+        }
+        match name {
+            "trust" => {
+                if let Some(level) = r.single_string(node, "trust \"workspace-write\"") {
+                    match SandboxLevel::parse(&level.value) {
+                        Some(l) => config.trust = Some(Trust { level: l, origin: TrustOrigin::Config }),
+                        None => {
+                            r.error(
+                                "unknown-sandbox",
+                                format!("unknown trust level `{}`", level.value),
+                                level.span,
+                                "unknown level",
+                            )
+                            .set_help(suggestion(&level.value, SandboxLevel::NAMES));
+                        }
+                    }
+                }
+            }
+            "defaults" => read_defaults(r, node, &mut config.defaults),
+            "setup" => config.setup.extend(commands(r, node, "setup \"npm ci\"")),
+            "build" => config.build.extend(commands(r, node, "build \"cargo build\"")),
+            "test" => test_nodes.push(node),
+            "prompt-template" | "instructions" => {
+                let example = format!("{name} \"docs/file.md\"");
+                if let Some(p) = r.single_string(node, &example) {
+                    if let Err((why, help)) = check_path_pattern(&p.value) {
+                        r.error("bad-path", why, p.span, "here").set_help(help);
+                    } else if !root.join(&p.value).is_file() {
+                        r.error(
+                            "missing-file",
+                            format!("{name} file `{}` does not exist", p.value),
+                            p.span,
+                            "no such file",
+                        )
+                        .set_help("the path is relative to the project root");
+                    } else if name == "instructions" {
+                        config.instructions = Some(p);
+                    } else {
+                        config.prompt_template = Some(p);
+                    }
+                }
+            }
+            "agent" => {
+                if let Some(agent) = read_agent(r, node) {
+                    if let Some(prev) = config.agents.get(&agent.0.name) {
+                        let _ = prev;
+                        r.error(
+                            "duplicate-agent",
+                            format!("agent `{}` is defined twice", agent.0.name),
+                            agent.1,
+                            "defined again",
+                        )
+                        .set_help("give each custom agent a unique name");
+                    } else {
+                        config.agents.insert(agent.0.name.clone(), agent.0);
+                    }
+                }
+            }
+            _ => r.unknown_node(node, "in cassist.kdl", CONFIG_NODES),
+        }
+    }
+    config.test = read_test(r, &test_nodes);
+    check_agent_names(r, config);
+}
+
+fn commands(r: &mut Reader<'_>, node: &KdlNode, example: &str) -> Vec<String> {
+    r.string_list(node, example)
+        .into_iter()
+        .filter(|s| {
+            let empty = s.value.trim().is_empty();
+            if empty {
+                r.error("empty-value", "empty command", s.span, "empty").set_help("give a shell command");
+            }
+            !empty
+        })
+        .map(|s| s.value)
+        .collect()
+}
+
+fn read_test(r: &mut Reader<'_>, nodes: &[&KdlNode]) -> TestSetting {
+    let mut cmds = Vec::new();
+    let mut off: Option<SourceSpan> = None;
+    for node in nodes {
+        r.check_props(node, &[]);
+        r.check_no_children(node);
+        let args = Reader::positional(node);
+        if args.is_empty() {
+            r.error("missing-value", "`test` needs a command or #false", Reader::name_span(node), "no value")
+                .set_help("write `test \"cargo test\"`, or `test #false` to turn the project tests off");
+        }
+        for e in args {
+            match e.value() {
+                KdlValue::String(s) if !s.trim().is_empty() => cmds.push((s.clone(), e.span())),
+                KdlValue::Bool(false) => off = Some(e.span()),
+                other => {
+                    let found = if matches!(other, KdlValue::String(_)) { "an empty string" } else { type_name(other) };
+                    r.error(
+                        "wrong-type",
+                        format!("`test` expects a command string or #false, found {found}"),
+                        e.span(),
+                        "expected a command",
+                    )
+                    .set_help("write `test \"cargo test\"`, or `test #false` to turn the project tests off");
+                }
+            }
+        }
+    }
+    match (off, cmds.is_empty()) {
+        (Some(span), false) => {
+            r.error(
+                "conflicting-test",
+                "`test #false` turns the tests off, yet test commands are given",
+                span,
+                "turned off here",
+            )
+            .set_help("keep either the commands or `test #false`");
+            TestSetting::Off
+        }
+        (Some(_), true) => TestSetting::Off,
+        (None, true) => TestSetting::Detect,
+        (None, false) => TestSetting::Commands(cmds.into_iter().map(|c| c.0).collect()),
+    }
+}
+
+fn read_defaults(r: &mut Reader<'_>, node: &KdlNode, d: &mut Defaults) {
+    let mut once = Once::default();
+    for child in r.block(node, "defaults { agent \"claude\" }") {
+        let name = Reader::name(child);
+        if DEFAULTS_NODES.contains(&name) && !once.first(r, child) {
+            continue;
+        }
+        match name {
+            "agent" => d.agent = r.single_string(child, "agent \"claude\""),
+            "timeout" => {
+                if let Some(e) = r.single(child, "timeout \"3m\"") {
+                    d.timeout = r.duration("timeout", e).map(|s| s.value);
+                }
+            }
+            "max-iterations" => d.max_iterations = read_positive_int(r, child, "max-iterations 3"),
+            "max-cost" => d.max_cost = read_max_cost(r, child),
+            _ => r.unknown_node(child, "in `defaults`", DEFAULTS_NODES),
+        }
+    }
+}
+
+fn read_agent(r: &mut Reader<'_>, node: &KdlNode) -> Option<(CustomAgent, SourceSpan)> {
+    const EXAMPLE: &str = "agent \"aider\" { command \"aider\" \"--message-file\" \"{prompt_file}\" }";
+    r.check_props(node, &[]);
+    let args = Reader::positional(node);
+    let [name_entry] = args.as_slice() else {
+        r.error("missing-value", "a custom agent needs one name", Reader::name_span(node), "expected one name")
+            .set_help(format!("write it as `{EXAMPLE}`"));
+        return None;
+    };
+    let name = r.string(node, name_entry, EXAMPLE)?;
+    if BUILTIN_AGENTS.contains(&name.value.as_str()) {
+        r.error(
+            "shadows-builtin",
+            format!("custom agent `{}` has the name of a built-in agent", name.value),
+            name.span,
+            "built-in name",
+        )
+        .set_help(format!(
+            "choose another name, e.g. `my-{}`; built-in agents: {}",
+            name.value,
+            BUILTIN_AGENTS.join(", ")
+        ));
+        return None;
+    }
+    if !super::task::valid_task_name(&name.value) {
+        r.error("bad-agent-name", format!("invalid agent name `{}`", name.value), name.span, "invalid name")
+            .set_help("agent names use only letters, digits, `.`, `_` and `-`");
+        return None;
+    }
+    let mut command: Option<Vec<String>> = None;
+    let mut tries: Option<Vec<Spanned<String>>> = None;
+    let mut pass_env = Vec::new();
+    let mut once = Once::default();
+    let children = node.children().map(|d| d.nodes()).unwrap_or(&[]);
+    for child in children {
+        let cname = Reader::name(child);
+        if matches!(cname, "command" | "try") && !once.first(r, child) {
+            continue;
+        }
+        match cname {
+            "command" => {
+                let argv = r.string_list(child, "command \"aider\" \"--message-file\" \"{prompt_file}\"");
+                for arg in &argv {
+                    for (range, ph) in crate::prompt::scan_placeholders(&arg.value) {
+                        if !COMMAND_PLACEHOLDERS.contains(&ph.as_str()) {
+                            // Point inside the quoted string: +1 for the opening quote
+                            // when the literal is a plain quoted string.
+                            let base = arg.span.offset() + 1;
+                            let span = SourceSpan::from(base + range.start..base + range.end);
+                            let span = if quoted_plain(&r.src.text, arg.span, &arg.value) { span } else { arg.span };
+                            r.error("unknown-placeholder", format!("unknown placeholder `{{{ph}}}` in the command of agent `{}`", name.value), span, "unknown placeholder")
+                                .set_help(format!("{} (available: {{prompt}}, {{prompt_file}}, {{workdir}}, {{task}}; write `{{{{` for a literal brace)", suggestion(&ph, COMMAND_PLACEHOLDERS)));
+                        }
+                    }
+                }
+                if argv.first().is_some_and(|a| a.value.trim().is_empty()) {
+                    r.error("empty-value", "the command's program is empty", argv[0].span, "empty")
+                        .set_help("name the program to run first");
+                }
+                command = Some(argv.into_iter().map(|a| a.value).collect());
+                if command.as_ref().is_some_and(Vec::is_empty) {
+                    command = None;
+                }
+            }
+            "try" => tries = Some(r.string_list(child, "try \"claude\" \"codex\"")),
+            "pass-env" => {
+                for v in r.string_list(child, "pass-env \"OPENAI_API_KEY\"") {
+                    if v.value.is_empty() || v.value.contains('=') || v.value.contains('\0') {
+                        r.error(
+                            "bad-env-name",
+                            format!("invalid environment variable name `{}`", v.value),
+                            v.span,
+                            "invalid name",
+                        )
+                        .set_help("give variable names only, e.g. `pass-env \"OPENAI_API_KEY\"`");
+                    } else {
+                        pass_env.push(v.value);
+                    }
+                }
+            }
+            _ => r.unknown_node(child, "in a custom agent", AGENT_NODES),
+        }
+    }
+    let def = match (command, tries) {
+        (Some(argv), None) => CustomAgentDef::Command { argv },
+        (None, Some(list)) => CustomAgentDef::Try(list),
+        (Some(_), Some(_)) => {
+            r.error(
+                "agent-command-and-try",
+                format!("agent `{}` has both `command` and `try`", name.value),
+                name.span,
+                "this agent",
+            )
+            .set_help("an agent either runs a command or fails over between agents (`try`); split it into two agents");
+            return None;
+        }
+        (None, None) => {
+            // A command given but empty already has its own diagnostic.
+            if children.iter().all(|c| Reader::name(c) != "command") {
+                r.error(
+                    "agent-without-command",
+                    format!("agent `{}` has neither `command` nor `try`", name.value),
+                    name.span,
+                    "this agent",
+                )
+                .set_help(format!("write it as `{EXAMPLE}`, or `agent \"fast\" {{ try \"claude\" \"codex\" }}`"));
+            }
+            return None;
+        }
+    };
+    Some((CustomAgent { name: name.value, def, pass_env }, name.span))
+}
+
+/// Whether the entry at `span` is written as a plain `"..."` string whose
+/// content equals `value` byte for byte (no escapes), so offsets inside the
+/// value map to the file.
+fn quoted_plain(text: &str, span: SourceSpan, value: &str) -> bool {
+    let end = span.offset() + span.len();
+    text.get(span.offset()..end).is_some_and(|raw| raw.len() == value.len() + 2 && &raw[1..raw.len() - 1] == value)
+}
+
+/// Agent names in `defaults` and `try` must exist; `try` chains must not
+/// loop.
+fn check_agent_names(r: &mut Reader<'_>, config: &ProjectConfig) {
+    let names = config.agent_names();
+    if let Some(a) = &config.defaults.agent
+        && !config.knows_agent(&a.value)
+    {
+        r.error("unknown-agent", format!("unknown agent `{}`", a.value), a.span, "unknown agent")
+            .set_help(suggestion(&a.value, &names));
+    }
+    for agent in config.agents.values() {
+        if let CustomAgentDef::Try(list) = &agent.def {
+            for t in list {
+                if t.value == agent.name {
+                    r.error("try-self", format!("agent `{}` tries itself", agent.name), t.span, "itself")
+                        .set_help("list other agents in `try`");
+                } else if !config.knows_agent(&t.value) {
+                    r.error("unknown-agent", format!("unknown agent `{}` in `try`", t.value), t.span, "unknown agent")
+                        .set_help(suggestion(&t.value, &names));
+                } else if let Some(cycle) = try_cycle(config, &agent.name, &t.value) {
+                    r.error("try-cycle", format!("failover chains loop: {cycle}"), t.span, "loops back")
+                        .set_help("a `try` chain must end in agents that run a command");
+                }
+            }
+        }
+    }
+}
+
+fn try_cycle(config: &ProjectConfig, start: &str, next: &str) -> Option<String> {
+    let mut path = vec![start.to_owned()];
+    fn walk(config: &ProjectConfig, start: &str, cur: &str, path: &mut Vec<String>) -> bool {
+        path.push(cur.to_owned());
+        if cur == start {
+            return true;
+        }
+        if path.len() > 64 {
+            path.pop();
+            return false;
+        }
+        if let Some(CustomAgent { def: CustomAgentDef::Try(list), .. }) = config.agents.get(cur) {
+            for n in list {
+                if path[1..].contains(&n.value) && n.value != start {
+                    continue;
+                }
+                if walk(config, start, &n.value, path) {
+                    return true;
+                }
+            }
+        }
+        path.pop();
+        false
+    }
+    walk(config, start, next, &mut path).then(|| path.join(" -> "))
+}
+
+/// `.agents/config.toml` with `trust_level = "trusted"` counts as
+/// `trust "workspace-write"`.
+fn read_agents_toml(root: &Path, diags: &mut Diagnostics) -> Option<Trust> {
+    let path = root.join(".agents").join("config.toml");
+    let text = std::fs::read_to_string(&path).ok()?;
+    let src = SourceFile::new(".agents/config.toml", text);
+    match src.text.parse::<toml::Table>() {
+        Ok(table) => match table.get("trust_level") {
+            Some(toml::Value::String(s)) if s == "trusted" => {
+                Some(Trust { level: SandboxLevel::WorkspaceWrite, origin: TrustOrigin::AgentsToml })
+            }
+            _ => None,
+        },
+        Err(e) => {
+            let span = e.span().map_or(SourceSpan::from(0..0), SourceSpan::from);
+            let message = e.message().to_owned();
+            diags.push(
+                SpecDiagnostic::error("bad-toml", format!("invalid TOML in .agents/config.toml: {message}"))
+                    .at(&src, span, "here")
+                    .help("cassist reads `trust_level = \"trusted\"` from this file when cassist.kdl sets no `trust`"),
+            );
+            None
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Diagnostics for task files and the project config.
+//!
+//! Every problem found in user input becomes a [`SpecDiagnostic`]: a message,
+//! the file it is in, a labelled span and help text. They are collected, never
+//! thrown, so that one run reports every error of every file.
+
+use std::fmt;
+use std::sync::Arc;
+
+use miette::{Diagnostic, LabeledSpan, NamedSource, Severity, SourceSpan};
+
+/// A file read from disk, kept whole so diagnostics can point into it.
+#[derive(Debug)]
+pub struct SourceFile {
+    /// The name shown to the user: relative to the project root when inside it.
+    pub name: String,
+    pub text: Arc<String>,
+}
+
+impl SourceFile {
+    pub fn new(name: impl Into<String>, text: impl Into<String>) -> Arc<SourceFile> {
+        Arc::new(SourceFile { name: name.into(), text: Arc::new(text.into()) })
+    }
+
+    /// 1-based line and column of a byte offset.
+    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        let offset = offset.min(self.text.len());
+        let before = &self.text.as_bytes()[..offset];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+        let col = String::from_utf8_lossy(&before[line_start..]).chars().count() + 1;
+        (line, col)
+    }
+}
+
+/// A value read from a KDL document, with where it was.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spanned<T> {
+    pub value: T,
+    pub span: SourceSpan,
+}
+
+impl<T> Spanned<T> {
+    pub fn new(value: T, span: SourceSpan) -> Self {
+        Spanned { value, span }
+    }
+}
+
+/// One problem in user input.
+#[derive(Debug, Clone)]
+pub struct SpecDiagnostic {
+    pub code: &'static str,
+    pub message: String,
+    pub severity: Severity,
+    /// The file and span it points at; `None` for problems with no location
+    /// (a folder with no task files, say).
+    pub source: Option<Arc<SourceFile>>,
+    pub labels: Vec<(SourceSpan, String)>,
+    pub help: Option<String>,
+    named: Option<Box<NamedSource<Arc<String>>>>,
+}
+
+impl SpecDiagnostic {
+    pub fn error(code: &'static str, message: impl Into<String>) -> Self {
+        SpecDiagnostic {
+            code,
+            message: message.into(),
+            severity: Severity::Error,
+            source: None,
+            labels: Vec::new(),
+            help: None,
+            named: None,
+        }
+    }
+
+    pub fn warning(code: &'static str, message: impl Into<String>) -> Self {
+        SpecDiagnostic { severity: Severity::Warning, ..Self::error(code, message) }
+    }
+
+    /// Points the diagnostic at `span` of `source` with a label.
+    pub fn at(mut self, source: &Arc<SourceFile>, span: SourceSpan, label: impl Into<String>) -> Self {
+        if self.source.is_none() {
+            self.named = Some(Box::new(NamedSource::new(source.name.clone(), Arc::clone(&source.text))));
+            self.source = Some(Arc::clone(source));
+        }
+        self.labels.push((span, label.into()));
+        self
+    }
+
+    /// A second label in the same file.
+    pub fn also(mut self, span: SourceSpan, label: impl Into<String>) -> Self {
+        self.labels.push((span, label.into()));
+        self
+    }
+
+    pub fn help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+
+    /// Sort key: file name, then position, then message.
+    fn sort_key(&self) -> (String, usize, String) {
+        let file = self.source.as_ref().map(|s| s.name.clone()).unwrap_or_default();
+        let offset = self.labels.first().map_or(0, |(s, _)| s.offset());
+        (file, offset, self.message.clone())
+    }
+
+    /// `file:line:col` of the primary label, for one-line renderings.
+    pub fn location(&self) -> Option<(String, usize, usize)> {
+        let source = self.source.as_ref()?;
+        let (span, _) = self.labels.first()?;
+        let (line, col) = source.line_col(span.offset());
+        Some((source.name.clone(), line, col))
+    }
+}
+
+impl fmt::Display for SpecDiagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for SpecDiagnostic {}
+
+impl Diagnostic for SpecDiagnostic {
+    fn code<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        Some(Box::new(format!("cassist::{}", self.code)))
+    }
+
+    fn severity(&self) -> Option<Severity> {
+        Some(self.severity)
+    }
+
+    fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        self.help.as_ref().map(|h| Box::new(h) as Box<dyn fmt::Display>)
+    }
+
+    fn source_code(&self) -> Option<&dyn miette::SourceCode> {
+        self.named.as_deref().map(|n| n as &dyn miette::SourceCode)
+    }
+
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        if self.named.is_none() || self.labels.is_empty() {
+            return None;
+        }
+        Some(Box::new(self.labels.iter().enumerate().map(|(i, (span, label))| {
+            let label = (!label.is_empty()).then(|| label.clone());
+            if i == 0 {
+                LabeledSpan::new_primary_with_span(label, *span)
+            } else {
+                LabeledSpan::new_with_span(label, *span)
+            }
+        })))
+    }
+}
+
+/// Every diagnostic of one run, in the order they are shown.
+#[derive(Debug, Default)]
+pub struct Diagnostics {
+    items: Vec<SpecDiagnostic>,
+}
+
+impl Diagnostics {
+    pub fn push(&mut self, d: SpecDiagnostic) {
+        self.items.push(d);
+    }
+
+    pub fn extend(&mut self, other: Diagnostics) {
+        self.items.extend(other.items);
+    }
+
+    /// The diagnostic pushed last.
+    pub fn last_mut(&mut self) -> &mut SpecDiagnostic {
+        let last = self.items.len() - 1;
+        &mut self.items[last]
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.items.iter().any(SpecDiagnostic::is_error)
+    }
+
+    pub fn error_count(&self) -> usize {
+        self.items.iter().filter(|d| d.is_error()).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The diagnostics sorted by file and line; duplicates removed.
+    pub fn sorted(mut self) -> Vec<SpecDiagnostic> {
+        self.items.sort_by_cached_key(SpecDiagnostic::sort_key);
+        self.items.dedup_by(|a, b| a.sort_key() == b.sort_key() && a.code == b.code && a.labels == b.labels);
+        self.items
+    }
+}
+
+/// Converts a KDL parse failure into our diagnostics.
+pub fn from_kdl_error(source: &Arc<SourceFile>, err: &kdl::KdlError) -> Vec<SpecDiagnostic> {
+    let mut out = Vec::new();
+    for d in &err.diagnostics {
+        let message = d.message.clone().unwrap_or_else(|| "invalid KDL".to_owned());
+        let label = d.label.clone().unwrap_or_else(|| "here".to_owned());
+        let mut diag = SpecDiagnostic::error("syntax", format!("invalid KDL: {message}")).at(
+            source,
+            clamp(d.span, source.text.len()),
+            label,
+        );
+        diag.help =
+            Some(d.help.clone().unwrap_or_else(|| {
+                "task files are KDL v2 (https://kdl.dev); KDL v1 files are accepted too".to_owned()
+            }));
+        out.push(diag);
+    }
+    if out.is_empty() {
+        out.push(
+            SpecDiagnostic::error("syntax", "invalid KDL document")
+                .at(source, SourceSpan::from(0..0), "")
+                .help("task files are KDL v2 (https://kdl.dev); KDL v1 files are accepted too"),
+        );
+    }
+    out
+}
+
+/// Keeps a span inside the text (parsers sometimes point one past the end).
+pub fn clamp(span: SourceSpan, len: usize) -> SourceSpan {
+    let start = span.offset().min(len);
+    let end = (span.offset() + span.len()).min(len);
+    SourceSpan::from(start..end)
+}
+
+/// The nearest valid word to `word`, for "did you mean" hints.
+pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let mut best: Option<(f64, &str)> = None;
+    for c in candidates {
+        let score = strsim::jaro_winkler(&word.to_lowercase(), &c.to_lowercase());
+        if score >= 0.8 && best.is_none_or(|(s, _)| score > s) {
+            best = Some((score, c));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// "did you mean `x`?" or the list of valid words.
+pub fn suggestion(word: &str, candidates: &[&str]) -> String {
+    match did_you_mean(word, candidates.iter().copied()) {
+        Some(c) => format!("did you mean `{c}`?"),
+        None => {
+            format!("expected one of: {}", candidates.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "))
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! Durations as written in task files: `"90s"`, `"3m"`, `"1h30m"`, `"500ms"`.
+
+use std::time::Duration;
+
+/// The longest duration accepted anywhere (a week): larger values are typos.
+const MAX: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Parses a duration of one or more `<integer><unit>` parts, units `h`, `m`,
+/// `s`, `ms`, largest first, each at most once.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let s = text.trim();
+    if s.is_empty() {
+        return Err("it is empty".into());
+    }
+    let units: [(&str, u64); 4] = [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)];
+    let mut total_ms: u64 = 0;
+    let mut last_rank: Option<usize> = None;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(format!("expected a number at `{rest}`"));
+        }
+        let number: u64 = rest[..digits].parse().map_err(|_| "the number is too large".to_string())?;
+        rest = &rest[digits..];
+        let unit_len = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
+        if unit_len == 0 {
+            return Err(format!("`{number}` has no unit"));
+        }
+        let unit = &rest[..unit_len];
+        let Some(rank) = units.iter().position(|(u, _)| *u == unit) else {
+            return Err(format!("unknown unit `{unit}`"));
+        };
+        if last_rank.is_some_and(|r| rank <= r) {
+            return Err("units must go from largest to smallest, each once".into());
+        }
+        last_rank = Some(rank);
+        total_ms = number
+            .checked_mul(units[rank].1)
+            .and_then(|v| total_ms.checked_add(v))
+            .ok_or_else(|| "it is too large".to_string())?;
+        rest = &rest[unit_len..];
+    }
+    let d = Duration::from_millis(total_ms);
+    if d.is_zero() {
+        return Err("it must be longer than zero".into());
+    }
+    if d > MAX {
+        return Err("it is longer than a week".into());
+    }
+    Ok(d)
+}
+
+/// Renders a duration the way it is written in task files.
+pub fn format_duration(d: Duration) -> String {
+    let mut ms = d.as_millis();
+    let mut out = String::new();
+    for (unit, size) in [("h", 3_600_000u128), ("m", 60_000), ("s", 1_000), ("ms", 1)] {
+        if ms >= size {
+            out.push_str(&format!("{}{unit}", ms / size));
+            ms %= size;
+        }
+    }
+    if out.is_empty() { "0s".into() } else { out }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_valid_forms() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("3m"), Ok(Duration::from_secs(180)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1m500ms"), Ok(Duration::from_millis(60_500)));
+    }
+
+    #[test]
+    fn rejects_bad_forms() {
+        for bad in ["", "3", "3 minutes", "m3", "1m1h", "0s", "1s1s", "3d", "9999999999999999999h", "200h"] {
+            assert!(parse_duration(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn formats_back() {
+        for s in ["90ms", "1m30s", "1h", "2h5m7s"] {
+            assert_eq!(format_duration(parse_duration(s).unwrap()), s);
+        }
+    }
+}
