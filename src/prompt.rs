@@ -148,7 +148,9 @@ impl PromptParts<'_> {
     }
 
     pub fn scope_text(&self) -> String {
-        if self.scope.is_empty() {
+        if self.kind.is_read_only() {
+            "nothing: this task is read-only".to_owned()
+        } else if self.scope.is_empty() {
             "anything in the project except `.git/` and `.cassist/`".to_owned()
         } else {
             self.scope.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
@@ -167,8 +169,15 @@ impl PromptParts<'_> {
         } else {
             items.push(format!("Do not change files outside the scope: {}.", self.scope_text()));
         }
-        items.push("Do not commit, push or pull: leave your changes uncommitted in the working tree.".to_owned());
-        items.push("Do not add dependencies without saying why in your final message.".to_owned());
+        if self.kind == crate::spec::Kind::Code {
+            items.push("Do not commit, push or pull: leave your changes uncommitted in the working tree.".to_owned());
+            items.push(
+                "Add no dependency unless the constraints allow it, and say why in your final message when you do."
+                    .to_owned(),
+            );
+        } else {
+            items.push("Do not commit, push or pull.".to_owned());
+        }
         items.push(
             "When you are done, you may write a JSON report to the file named by `$CASSIST_RESULT_FILE`: \
              `{\"success\": true, \"summary\": \"...\"}`, or `{\"success\": false, \"reason\": \"...\"}` if the task cannot be done."
@@ -178,6 +187,14 @@ impl PromptParts<'_> {
     }
 
     pub fn acceptance_section(&self) -> String {
+        if self.kind.is_read_only() {
+            let mut out = "Your final message is the result: a complete, concise answer to the goal.".to_owned();
+            if !self.acceptance.is_empty() {
+                out.push_str("\nThese commands must still exit 0 in the project root:\n");
+                out.push_str(&bullets(self.acceptance.iter().map(|c| format!("`{c}`"))));
+            }
+            return out;
+        }
         if self.acceptance.is_empty() && self.test_commands.is_empty() {
             return "No acceptance commands: the change is reviewed, not tested.".to_owned();
         }

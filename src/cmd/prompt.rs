@@ -18,7 +18,13 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, out: &Output) -> i32 {
     let tests = plan.project.test_commands();
     let instructions = plan.project.instruction_files();
     let acceptance: Vec<String> = task.task.acceptance.iter().map(|a| a.run.value.clone()).collect();
-    let parts = plan.prompt_parts(task, &tests, &instructions, &acceptance);
+    // Findings of explore/review dependencies exist only once they ran.
+    let summaries: Vec<(String, String)> = plan
+        .summary_dependencies(task)
+        .iter()
+        .map(|d| (d.task.name.clone(), format!("(the final message of `{}` goes here once it has run)", d.task.name)))
+        .collect();
+    let parts = plan.prompt_parts(task, &tests, &instructions, &acceptance, &summaries);
     print!("{}", parts.render(&plan.template));
     exit::SUCCESS
 }

@@ -73,6 +73,12 @@ impl Resolver {
                     self.check_dir(&full, &pattern)?;
                     return self.resolve(&format!("{pattern}/**"));
                 }
+                Ok(m) if m.is_file() => {
+                    if let Some(parent) = full.parent() {
+                        self.check_dir(parent, &pattern)?;
+                    }
+                    return Ok(vec![ResolvedFile { path: pattern, meta: FileMeta::of(&m) }]);
+                }
                 Ok(_) => return Ok(self.check_file(&pattern)?.into_iter().collect()),
                 Err(_) => {
                     // A broken path, or one through a symlink: check the
@@ -103,6 +109,34 @@ impl Resolver {
             }
         }
         Ok(out)
+    }
+
+    /// The existing file closest to a pattern that matched nothing, for a
+    /// "did you mean".
+    pub fn nearest(&mut self, pattern: &str) -> Option<String> {
+        let pattern = normalize(pattern);
+        // Look from the deepest existing folder of the pattern's prefix.
+        let mut prefix = literal_prefix(&pattern);
+        while !prefix.is_empty() && !self.root.join(&prefix).is_dir() {
+            prefix = prefix.rsplit_once('/').map_or(String::new(), |(p, _)| p.to_owned());
+        }
+        let listing = self.listing(&prefix);
+        let mut best: Option<(f64, &str)> = None;
+        for (path, _) in listing.iter().take(50_000) {
+            let score = if is_literal(&pattern) {
+                strsim::jaro_winkler(&pattern, path)
+            } else {
+                // Compare file names against the glob's last part with
+                // its wildcards removed.
+                let last = pattern.rsplit('/').next().unwrap_or("").replace(['*', '?'], "");
+                let name = path.rsplit('/').next().unwrap_or("");
+                if last.is_empty() { 0.0 } else { strsim::jaro_winkler(&last, name) * 0.95 }
+            };
+            if score >= 0.85 && best.is_none_or(|(s, _)| score > s) {
+                best = Some((score, path));
+            }
+        }
+        best.map(|(_, p)| p.to_owned())
     }
 
     fn meta(&self, rel: &str) -> Option<FileMeta> {

@@ -120,13 +120,30 @@ fn report_cycles(tasks: &[Task], deps: &[BTreeSet<usize>], indegree: &[usize], d
         cycle.rotate_left(min);
         reported.extend(cycle.iter().copied());
         let names: Vec<&str> = cycle.iter().chain(cycle.first()).map(|&i| tasks[i].name.as_str()).collect();
+        // Every edge of the cycle: labelled where it is in the first task's
+        // file, listed with its location in the help otherwise.
         let first = &tasks[cycle[0]];
-        let second = cycle.get(1).map_or(first.name.as_str(), |&i| tasks[i].name.as_str());
-        let span = first.depends_on.iter().find(|d| d.value == second).map_or(first.name_span, |d| d.span);
-        diags.push(
-            SpecDiagnostic::error("dependency-cycle", format!("dependency cycle: {}", names.join(" -> ")))
-                .at(&first.source, span, format!("`{}` depends on `{second}`", first.name))
-                .help("tasks run after what they depend on, so a cycle can never start; remove one `depends-on` of the cycle"),
-        );
+        let mut d = SpecDiagnostic::error("dependency-cycle", format!("dependency cycle: {}", names.join(" -> ")));
+        let mut elsewhere = Vec::new();
+        for (k, &i) in cycle.iter().enumerate() {
+            let t = &tasks[i];
+            let next = names[k + 1];
+            let span = t.depends_on.iter().find(|d| d.value == next).map_or(t.name_span, |d| d.span);
+            let label = format!("`{}` depends on `{next}`", t.name);
+            if k == 0 {
+                d = d.at(&t.source, span, label);
+            } else if std::sync::Arc::ptr_eq(&t.source, &first.source) {
+                d = d.also(span, label);
+            } else {
+                let (line, col) = t.source.line_col(span.offset());
+                elsewhere.push(format!("{label} at {}:{line}:{col}", t.source.name));
+            }
+        }
+        let mut help =
+            "tasks run after what they depend on, so a cycle can never start: remove one `depends-on` of it".to_owned();
+        if !elsewhere.is_empty() {
+            help = format!("{}; {help}", elsewhere.join("; "));
+        }
+        diags.push(d.help(help));
     }
 }

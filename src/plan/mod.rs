@@ -121,6 +121,7 @@ impl Plan {
         tests: &'a [String],
         instructions: &'a [String],
         acceptance: &'a [String],
+        summaries: &'a [(String, String)],
     ) -> crate::prompt::PromptParts<'a> {
         crate::prompt::PromptParts {
             task: &t.task.name,
@@ -128,7 +129,7 @@ impl Plan {
             goal: &t.task.goal,
             context_files: &t.context_files,
             instruction_files: instructions,
-            dependency_summaries: &[],
+            dependency_summaries: summaries,
             scope: &t.key.spec.scope,
             constraints: &t.task.constraints,
             acceptance,
@@ -136,12 +137,19 @@ impl Plan {
             reference_files: &t.reference_files,
         }
     }
+
+    /// The explore/review tasks `t` depends on: their findings go into its
+    /// prompt.
+    pub fn summary_dependencies(&self, t: &PlannedTask) -> Vec<&PlannedTask> {
+        t.key.spec.depends_on.iter().filter_map(|d| self.get(d)).filter(|d| d.task.kind.is_read_only()).collect()
+    }
 }
 
 /// Reads the config and every task file, and checks everything that can be
 /// checked without running anything. All problems of all files come back
 /// at once, sorted.
 pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic>> {
+    timing("start");
     let mut diags = Diagnostics::default();
     let project = Project::load(cwd, &mut diags);
 
@@ -153,20 +161,9 @@ pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic
             return Err(diags.sorted());
         }
     };
-    let mut tasks: Vec<Task> = Vec::new();
-    let mut partial = false;
-    for path in &files {
-        match read_source(path, project.display(path)) {
-            Ok(src) => match parse_task_file(&src, &mut diags) {
-                Some(t) => tasks.extend(t),
-                None => partial = true,
-            },
-            Err(d) => {
-                diags.push(d);
-                partial = true;
-            }
-        }
-    }
+    timing("discover");
+    let (mut tasks, partial) = parse_files(&project, &files, &mut diags);
+    timing("parse");
 
     // Names unique across the run.
     let mut first: HashMap<String, usize> = HashMap::new();
@@ -275,26 +272,14 @@ pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic
     let order = dag::order(&tasks, partial, &mut diags);
 
     // Context and reference files.
-    let mut resolver = Resolver::new(&project.root);
-    let mut resolved = Vec::with_capacity(tasks.len());
-    for t in &tasks {
-        let ctx = resolve_all(&mut resolver, t, &t.context, true, &mut diags);
-        let refs = resolve_all(&mut resolver, t, &t.reference, true, &mut diags);
-        for s in &t.scope {
-            // Scope globs may match nothing, but must not lead outside.
-            if let Err(ResolveError::Escapes { path, target }) = resolver.resolve(&s.value) {
-                diags.push(escape_diag(t, s.span, &path, &target));
-            }
-        }
-        resolved.push((ctx, refs));
-    }
+    timing("validate");
+    let resolved = resolve_tasks(&project.root, &tasks, &mut diags);
+    timing("resolve");
 
     if diags.has_errors() {
-        let mut all = diags;
-        for w in warnings {
-            all.push(w);
-        }
-        return Err(all.sorted());
+        // Warnings are left out: nothing runs, and a warning drawn from a
+        // broken config (say, "no trust") would only mislead.
+        return Err(diags.sorted());
     }
     let Some(order) = order else {
         return Err(diags.sorted());
@@ -305,6 +290,102 @@ pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic
     let mut slots: Vec<Option<(Task, TaskFiles)>> = tasks.into_iter().zip(resolved).map(Some).collect();
     let (tasks, files): (Vec<_>, Vec<_>) = order.iter().filter_map(|&i| slots[i].take()).unzip();
     Ok(Loaded { project, tasks, files, template: (template_name, template_text), warnings, agent_override })
+}
+
+/// With `CASSIST_TIMINGS=1`, prints how long each planning phase took.
+fn timing(phase: &str) {
+    use std::sync::Mutex;
+    use std::time::Instant;
+    static LAST: Mutex<Option<Instant>> = Mutex::new(None);
+    if std::env::var_os("CASSIST_TIMINGS").is_none() {
+        return;
+    }
+    if let Ok(mut last) = LAST.lock() {
+        let now = Instant::now();
+        if let Some(prev) = *last {
+            eprintln!("timing: {phase:<12} {:>8.1} ms", (now - prev).as_secs_f64() * 1000.0);
+        }
+        *last = Some(now);
+    }
+}
+
+/// Reads and parses task files on all cores; results keep the files'
+/// order. `partial` is true when some file could not be parsed at all.
+fn parse_files(project: &Project, files: &[PathBuf], diags: &mut Diagnostics) -> (Vec<Task>, bool) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let chunk = files.len().div_ceil(threads).max(1);
+    let results: Vec<(Vec<Task>, bool, Diagnostics)> = std::thread::scope(|s| {
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    let mut diags = Diagnostics::default();
+                    let mut tasks = Vec::new();
+                    let mut partial = false;
+                    for path in part {
+                        match read_source(path, project.display(path)) {
+                            Ok(src) => match parse_task_file(&src, &mut diags) {
+                                Some(t) => tasks.extend(t),
+                                None => partial = true,
+                            },
+                            Err(d) => {
+                                diags.push(d);
+                                partial = true;
+                            }
+                        }
+                    }
+                    (tasks, partial, diags)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
+    let mut tasks = Vec::new();
+    let mut partial = false;
+    for (t, p, d) in results {
+        tasks.extend(t);
+        partial |= p;
+        diags.extend(d);
+    }
+    (tasks, partial)
+}
+
+/// Resolves every task's context, reference and scope patterns, on all
+/// cores (each thread with its own listing caches).
+fn resolve_tasks(root: &Path, tasks: &[Task], diags: &mut Diagnostics) -> Vec<TaskFiles> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let chunk = tasks.len().div_ceil(threads).max(1);
+    let results: Vec<(Vec<TaskFiles>, Diagnostics)> = std::thread::scope(|s| {
+        let handles: Vec<_> = tasks
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    let mut resolver = Resolver::new(root);
+                    let mut diags = Diagnostics::default();
+                    let mut out = Vec::with_capacity(part.len());
+                    for t in part {
+                        let ctx = resolve_all(&mut resolver, t, &t.context, true, &mut diags);
+                        let refs = resolve_all(&mut resolver, t, &t.reference, true, &mut diags);
+                        for s in &t.scope {
+                            // Scope globs may match nothing, but must not lead outside.
+                            if let Err(ResolveError::Escapes { path, target }) = resolver.resolve(&s.value) {
+                                diags.push(escape_diag(t, s.span, &path, &target));
+                            }
+                        }
+                        out.push((ctx, refs));
+                    }
+                    (out, diags)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
+    let mut out = Vec::with_capacity(tasks.len());
+    for (files, d) in results {
+        out.extend(files);
+        diags.extend(d);
+    }
+    out
 }
 
 fn escape_diag(t: &Task, span: miette::SourceSpan, path: &str, target: &str) -> SpecDiagnostic {
@@ -323,11 +404,17 @@ fn resolve_all(
     let mut out: Vec<ResolvedFile> = Vec::new();
     for p in patterns {
         match resolver.resolve(&p.value) {
-            Ok(files) if files.is_empty() && must_match => diags.push(
-                SpecDiagnostic::error("no-match", format!("`{}` matches no file", p.value))
-                    .at(&t.source, p.span, "matches nothing")
-                    .help("context and reference paths are relative to the project root; a typo here would silently change what the agent sees"),
-            ),
+            Ok(files) if files.is_empty() && must_match => {
+                let help = match resolver.nearest(&p.value) {
+                    Some(near) => format!("did you mean `{near}`? (paths are relative to the project root)"),
+                    None => "paths are relative to the project root; a context entry must match a file, so that a typo cannot silently change what the agent sees".to_owned(),
+                };
+                diags.push(
+                    SpecDiagnostic::error("no-match", format!("`{}` matches no file", p.value))
+                        .at(&t.source, p.span, "matches nothing")
+                        .help(help),
+                )
+            }
             Ok(files) => out.extend(files),
             Err(ResolveError::Escapes { path, target }) => diags.push(escape_diag(t, p.span, &path, &target)),
         }
@@ -346,9 +433,8 @@ fn check_template(src: &Arc<SourceFile>, diags: &mut Diagnostics) {
             )
             .at(src, range.into(), "unknown placeholder")
             .help(format!(
-                "{} (available: {}; write `{{{{` and `}}}}` for literal braces)",
-                suggestion(&name, crate::prompt::TEMPLATE_PLACEHOLDERS),
-                crate::prompt::TEMPLATE_PLACEHOLDERS.iter().map(|p| format!("{{{p}}}")).collect::<Vec<_>>().join(", ")
+                "{}; write `{{{{` and `}}}}` for literal braces",
+                crate::spec::diag::suggestion_with(&name, crate::prompt::TEMPLATE_PLACEHOLDERS, |c| format!("{{{c}}}"))
             ));
             d.code = "unknown-placeholder";
             diags.push(d);
@@ -365,11 +451,20 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
     let cache_path = crate::store::state_dir(&project.root).join("cache").join("file-hashes");
     let mut cache = filehash::FileHashCache::load(&cache_path);
     let mut unique: Vec<&ResolvedFile> = files.iter().flat_map(|(c, r)| c.iter().chain(r.iter())).collect();
-    let instructions = config
-        .instructions
-        .as_ref()
-        .and_then(|p| context::Resolver::new(&project.root).resolve(&p.value).ok())
-        .unwrap_or_default();
+    // Standing instructions: the configured file and the instruction
+    // files cited in prompts (AGENTS.md, ...) change what an agent does.
+    let mut instructions: Vec<ResolvedFile> = Vec::new();
+    {
+        let mut r = context::Resolver::new(&project.root);
+        let names = config.instructions.iter().map(|p| p.value.clone()).chain(project.instruction_files());
+        for name in names {
+            if let Ok(files) = r.resolve(&name) {
+                instructions.extend(files);
+            }
+        }
+        instructions.sort_by(|a, b| a.path.cmp(&b.path));
+        instructions.dedup_by(|a, b| a.path == b.path);
+    }
     unique.extend(instructions.iter());
     unique.sort_by(|a, b| a.path.cmp(&b.path));
     unique.dedup_by(|a, b| a.path == b.path);
@@ -384,6 +479,7 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
         let _ = cache.save();
     }
 
+    timing("hash files");
     let template_hash = hash_bytes(template.1.as_bytes());
     let project_key =
         ProjectKey { setup: config.setup.clone(), test: project.test_commands(), build: config.build.clone() };
@@ -434,9 +530,9 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
             Input { kind: "agent", name: agent.clone(), hash: hash_json(&agent_key) },
             Input { kind: "sandbox", name: sandbox.to_string(), hash: hash_bytes(sandbox.as_str().as_bytes()) },
             Input { kind: "template", name: template.0.clone(), hash: template_hash.clone() },
-            Input { kind: "project", name: crate::project::CONFIG_FILE.to_owned(), hash: project_hash.clone() },
+            Input { kind: "project", name: "commands".to_owned(), hash: project_hash.clone() },
         ];
-        if let Some(i) = instructions.first() {
+        for i in &instructions {
             inputs.push(Input { kind: "instructions", name: i.path.clone(), hash: file_hash[i.path.as_str()].clone() });
         }
         inputs.extend(ctx.iter().map(|f| Input {
@@ -469,6 +565,7 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
             task,
         });
     }
+    timing("hash tasks");
     Ok(Plan { project, tasks: planned, template: template.1, template_name: template.0, warnings, files_hashed })
 }
 

@@ -315,8 +315,16 @@ fn read_agent(r: &mut Reader<'_>, node: &KdlNode) -> Option<(CustomAgent, Source
                             let base = arg.span.offset() + 1;
                             let span = SourceSpan::from(base + range.start..base + range.end);
                             let span = if quoted_plain(&r.src.text, arg.span, &arg.value) { span } else { arg.span };
-                            r.error("unknown-placeholder", format!("unknown placeholder `{{{ph}}}` in the command of agent `{}`", name.value), span, "unknown placeholder")
-                                .set_help(format!("{} (available: {{prompt}}, {{prompt_file}}, {{workdir}}, {{task}}; write `{{{{` for a literal brace)", suggestion(&ph, COMMAND_PLACEHOLDERS)));
+                            r.error(
+                                "unknown-placeholder",
+                                format!("unknown placeholder `{{{ph}}}` in the command of agent `{}`", name.value),
+                                span,
+                                "unknown placeholder",
+                            )
+                            .set_help(format!(
+                                "{}; write `{{{{` and `}}}}` for literal braces",
+                                super::diag::suggestion_with(&ph, COMMAND_PLACEHOLDERS, |c| format!("{{{c}}}"))
+                            ));
                         }
                     }
                 }

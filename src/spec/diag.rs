@@ -202,18 +202,25 @@ impl Diagnostics {
 /// Converts a KDL parse failure into our diagnostics.
 pub fn from_kdl_error(source: &Arc<SourceFile>, err: &kdl::KdlError) -> Vec<SpecDiagnostic> {
     let mut out = Vec::new();
-    for d in &err.diagnostics {
+    // One root cause often yields several parser diagnostics (an unclosed
+    // block is reported at its start and at the end); the first is the one
+    // to fix.
+    for d in err.diagnostics.iter().take(1) {
         let message = d.message.clone().unwrap_or_else(|| "invalid KDL".to_owned());
+        let mut chars = message.chars();
+        let message = match chars.next() {
+            Some(c) => c.to_lowercase().chain(chars).collect::<String>(),
+            None => message,
+        };
         let label = d.label.clone().unwrap_or_else(|| "here".to_owned());
         let mut diag = SpecDiagnostic::error("syntax", format!("invalid KDL: {message}")).at(
             source,
             clamp(d.span, source.text.len()),
             label,
         );
-        diag.help =
-            Some(d.help.clone().unwrap_or_else(|| {
-                "task files are KDL v2 (https://kdl.dev); KDL v1 files are accepted too".to_owned()
-            }));
+        diag.help = Some(d.help.clone().unwrap_or_else(|| {
+            "fix the syntax here; task files are KDL v2 (https://kdl.dev), KDL v1 files are accepted too".to_owned()
+        }));
         out.push(diag);
     }
     if out.is_empty() {
@@ -247,10 +254,15 @@ pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str
 
 /// "did you mean `x`?" or the list of valid words.
 pub fn suggestion(word: &str, candidates: &[&str]) -> String {
+    suggestion_with(word, candidates, |c| c.to_owned())
+}
+
+/// Like [`suggestion`], each candidate shown through `show` (e.g. with
+/// braces around placeholders). The valid words are always listed.
+pub fn suggestion_with(word: &str, candidates: &[&str], show: impl Fn(&str) -> String) -> String {
+    let list = candidates.iter().map(|c| format!("`{}`", show(c))).collect::<Vec<_>>().join(", ");
     match did_you_mean(word, candidates.iter().copied()) {
-        Some(c) => format!("did you mean `{c}`?"),
-        None => {
-            format!("expected one of: {}", candidates.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "))
-        }
+        Some(c) => format!("did you mean `{}`? (expected one of: {list})", show(c)),
+        None => format!("expected one of: {list}"),
     }
 }

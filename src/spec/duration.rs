@@ -19,17 +19,33 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     while !rest.is_empty() {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
         if digits == 0 {
-            return Err(format!("expected a number at `{rest}`"));
+            return Err(if rest.len() == s.len() {
+                "it must start with a number".to_owned()
+            } else {
+                format!("expected a number before `{rest}`")
+            });
         }
         let number: u64 = rest[..digits].parse().map_err(|_| "the number is too large".to_string())?;
         rest = &rest[digits..];
+        if rest.starts_with(char::is_whitespace) {
+            return Err(format!("no spaces: write the unit right after the number, e.g. \"{number}m\""));
+        }
         let unit_len = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
         if unit_len == 0 {
             return Err(format!("`{number}` has no unit"));
         }
         let unit = &rest[..unit_len];
         let Some(rank) = units.iter().position(|(u, _)| *u == unit) else {
-            return Err(format!("unknown unit `{unit}`"));
+            let short = match unit {
+                "hour" | "hours" | "hr" | "hrs" => Some("h"),
+                "min" | "mins" | "minute" | "minutes" => Some("m"),
+                "sec" | "secs" | "second" | "seconds" => Some("s"),
+                _ => None,
+            };
+            return Err(match short {
+                Some(u) => format!("unknown unit `{unit}`; write `{u}`, as in \"{number}{u}\""),
+                None => format!("unknown unit `{unit}`"),
+            });
         };
         if last_rank.is_some_and(|r| rank <= r) {
             return Err("units must go from largest to smallest, each once".into());

@@ -96,8 +96,8 @@ impl<'a> Reader<'a> {
             let name = Self::name(node);
             self.error(
                 "unexpected-children",
-                format!("`{name}` takes no children block"),
-                children.span(),
+                format!("`{name}` takes a value, not a `{{ … }}` block"),
+                block_span(&self.src.text, children.span()),
                 "unexpected block",
             )
             .set_help(format!("write `{name}` with its value only, e.g. `{name} \"...\"`"));
@@ -188,7 +188,7 @@ impl<'a> Reader<'a> {
                         "bad-duration",
                         format!("invalid duration `{s}` for `{node_name}`: {why}"),
                         entry.span(),
-                        "not a duration",
+                        if why.contains("zero") { "must be longer than zero" } else { "not a duration" },
                     )
                     .set_help("write a duration like \"90s\", \"3m\" or \"1h30m\" (units: h, m, s, ms)");
                     None
@@ -263,6 +263,14 @@ impl Once {
         self.seen.insert(name, span);
         true
     }
+}
+
+/// Widens a children span to its braces, when they are next to it.
+fn block_span(text: &str, span: SourceSpan) -> SourceSpan {
+    let start = text.get(..span.offset()).and_then(|t| t.rfind('{')).unwrap_or(span.offset());
+    let end = span.offset() + span.len();
+    let end = text.get(end..).and_then(|rest| rest.find('}').map(|p| end + p + 1)).unwrap_or(end);
+    SourceSpan::from(start..end.min(text.len()).max(start))
 }
 
 /// The smallest span covering all of `spans`.

@@ -394,6 +394,16 @@ pub fn read_positive_int(r: &mut Reader<'_>, node: &KdlNode, example: &str) -> O
                 .set_help(format!("write it as `{example}`"));
             None
         }
+        KdlValue::Float(f) => {
+            r.error(
+                "wrong-type",
+                format!("`{name}` expects a whole number, found the fraction {f}"),
+                e.span(),
+                "not a whole number",
+            )
+            .set_help(format!("write it as `{example}`"));
+            None
+        }
         other => {
             r.error(
                 "wrong-type",
