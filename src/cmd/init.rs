@@ -59,6 +59,23 @@ task "example" {
 }
 "#;
 
+/// The example's context block, as written in [`EXAMPLE_TASK`].
+const EXAMPLE_CONTEXT: &str =
+    "    context {\n        file \"README.md\"           // globs relative to the project root\n    }\n";
+
+/// The example task for `cwd`: a context file must exist, so without a
+/// README.md the context block is written commented out (else the example
+/// would fail `cassist check` right away).
+fn example_task(cwd: &Path) -> String {
+    if cwd.join("README.md").is_file() {
+        return EXAMPLE_TASK.to_owned();
+    }
+    EXAMPLE_TASK.replace(
+        EXAMPLE_CONTEXT,
+        "    // context {                 // context files must exist: add README.md, then uncomment\n    //     file \"README.md\"       // globs relative to the project root\n    // }\n",
+    )
+}
+
 pub fn run(cwd: &Path, out: &Output) -> i32 {
     let config = cwd.join(crate::project::CONFIG_FILE);
     let example = cwd.join("tasks").join("example.kdl");
@@ -78,7 +95,7 @@ pub fn run(cwd: &Path, out: &Output) -> i32 {
     }
     let result = std::fs::create_dir_all(cwd.join("tasks"))
         .and_then(|_| write_new(&config, CONFIG_TEMPLATE))
-        .and_then(|_| write_new(&example, EXAMPLE_TASK));
+        .and_then(|_| write_new(&example, &example_task(cwd)));
     if let Err(e) = result {
         eprintln!("error: cannot write the files: {e}");
         return exit::TASK_FAILED;
@@ -95,4 +112,12 @@ fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
     f.write_all(text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_example_holds_the_context_block() {
+        assert!(super::EXAMPLE_TASK.contains(super::EXAMPLE_CONTEXT));
+    }
 }
