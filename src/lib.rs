@@ -5,6 +5,31 @@
 //! DAG and hashes inputs, [`prompt`] renders what an agent is given,
 //! [`store`] keeps state under `.cassist/`, [`report`] shows it all.
 
+/// `println!` to stdout that ends the process quietly when the reader has
+/// gone away (`cassist plan --json | head`), instead of panicking.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = writeln!(out, $($arg)*).and_then(|_| out.flush()) {
+            $crate::report::stdout_failed(e);
+        }
+    }};
+}
+
+/// `print!` counterpart of [`outln!`].
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = write!(out, $($arg)*).and_then(|_| out.flush()) {
+            $crate::report::stdout_failed(e);
+        }
+    }};
+}
+
 pub mod agent;
 pub mod cli;
 pub mod cmd;

@@ -1032,3 +1032,22 @@ fn an_unknown_agent_is_exit_2() {
     assert!(run.stderr().contains("gemnii"), "{}", run.stderr());
     assert!(run.stderr().contains("cassist.kdl"), "{}", run.stderr());
 }
+
+#[test]
+fn closed_stdout_is_not_a_crash() {
+    // `cassist plan --json | head -c 1`: the reader goes away early.
+    let p = Project::new();
+    p.file("cassist.kdl", "trust \"workspace-write\"\n");
+    for i in 0..300 {
+        p.file(&format!("tasks/t{i}.kdl"), &format!("task \"t{i}\" {{ goal \"goal {i}\" }}\n"));
+    }
+    let out = std::process::Command::new("sh")
+        .current_dir(p.path())
+        .arg("-c")
+        .arg(format!("'{}' plan --json | head -c 1 >/dev/null; true", env!("CARGO_BIN_EXE_cassist")))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "cassist panicked on a closed pipe:\n{stderr}");
+    assert!(!stderr.contains("Broken pipe"), "{stderr}");
+}

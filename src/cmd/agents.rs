@@ -109,6 +109,6 @@ pub fn run(cwd: &Path, out: &Output) -> i32 {
             r.version.clone().unwrap_or_else(|| "-".to_owned()),
         ]);
     }
-    print!("{}", table.render(|h| out.dim(h)));
+    crate::out!("{}", table.render(|h| out.dim(h)));
     exit::SUCCESS
 }

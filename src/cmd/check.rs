@@ -14,7 +14,7 @@ pub fn run(cwd: &Path, args: &TaskArgs, out: &Output) -> i32 {
                 let mut files: Vec<&str> = loaded.tasks.iter().map(|t| t.source.name.as_str()).collect();
                 files.dedup();
                 let n = loaded.tasks.len();
-                println!(
+                crate::outln!(
                     "{} {n} task{} in {} file{}",
                     out.green("ok:"),
                     if n == 1 { "" } else { "s" },

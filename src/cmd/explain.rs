@@ -26,7 +26,7 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, json: bool, out: &Output) ->
         }
         let doc = Doc { name: &task.task.name, hash: &task.hash, state: task.state.as_str(), key: &task.key };
         match serde_json::to_string_pretty(&doc) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => crate::outln!("{s}"),
             Err(e) => {
                 eprintln!("error: cannot write JSON: {e}");
                 return exit::TASK_FAILED;
@@ -34,16 +34,16 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, json: bool, out: &Output) ->
         }
         return exit::SUCCESS;
     }
-    println!("{} {} ({})", out.bold("task"), task.task.name, task.task.source.name);
-    println!("{} {}", out.bold("hash"), task.hash);
-    println!("{} {}", out.bold("state"), task.state.as_str());
-    println!("  {}", out.dim("no run of this task is recorded yet: every input is new"));
-    println!();
+    crate::outln!("{} {} ({})", out.bold("task"), task.task.name, task.task.source.name);
+    crate::outln!("{} {}", out.bold("hash"), task.hash);
+    crate::outln!("{} {}", out.bold("state"), task.state.as_str());
+    crate::outln!("  {}", out.dim("no run of this task is recorded yet: every input is new"));
+    crate::outln!();
     let mut table = Table::new(&["INPUT", "NAME", "HASH"]);
     for i in &task.key.inputs {
         let hash = if i.hash.is_empty() { "-".to_owned() } else { i.hash[..16].to_owned() };
         table.row(vec![i.kind.to_owned(), i.name.clone(), hash]);
     }
-    print!("{}", table.render(|h| out.dim(h)));
+    crate::out!("{}", table.render(|h| out.dim(h)));
     exit::SUCCESS
 }

@@ -101,8 +101,8 @@ pub fn run(cwd: &Path, out: &Output) -> i32 {
         return exit::TASK_FAILED;
     }
     if !out.quiet {
-        println!("wrote cassist.kdl and tasks/example.kdl");
-        println!("next: edit tasks/example.kdl, then `cassist check` and `cassist plan`");
+        crate::outln!("wrote cassist.kdl and tasks/example.kdl");
+        crate::outln!("next: edit tasks/example.kdl, then `cassist check` and `cassist plan`");
     }
     exit::SUCCESS
 }

@@ -23,7 +23,9 @@ pub fn dispatch(command: Command, cwd: &Path, out: &Output) -> i32 {
         Command::Init => init::run(cwd, out),
         Command::Completions { shell } => {
             let mut cmd = <crate::cli::Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cmd, "cassist", &mut std::io::stdout());
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "cassist", &mut buf);
+            crate::out!("{}", String::from_utf8_lossy(&buf));
             crate::exit::SUCCESS
         }
     }

@@ -51,7 +51,7 @@ pub fn run(cwd: &Path, args: &TaskArgs, json: bool, out: &Output) -> i32 {
                 .collect(),
         };
         match serde_json::to_string_pretty(&doc) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => crate::outln!("{s}"),
             Err(e) => {
                 eprintln!("error: cannot write JSON: {e}");
                 return exit::TASK_FAILED;
@@ -77,10 +77,10 @@ pub fn run(cwd: &Path, args: &TaskArgs, json: bool, out: &Output) -> i32 {
             if t.key.spec.depends_on.is_empty() { out.dim("-") } else { t.key.spec.depends_on.join(", ") },
         ]);
     }
-    print!("{}", table.render(|h| out.dim(h)));
+    crate::out!("{}", table.render(|h| out.dim(h)));
     if !out.quiet {
         let runs = plan.tasks.iter().filter(|t| t.state == crate::plan::State::Run).count();
-        println!(
+        crate::outln!(
             "\n{} task{}; {runs} to run{}",
             plan.tasks.len(),
             if plan.tasks.len() == 1 { "" } else { "s" },

@@ -25,6 +25,6 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, out: &Output) -> i32 {
         .map(|d| (d.task.name.clone(), format!("(the final message of `{}` goes here once it has run)", d.task.name)))
         .collect();
     let parts = plan.prompt_parts(task, &tests, &instructions, &acceptance, &summaries);
-    print!("{}", parts.render(&plan.template));
+    crate::out!("{}", parts.render(&plan.template));
     exit::SUCCESS
 }

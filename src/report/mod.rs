@@ -10,6 +10,16 @@ use owo_colors::OwoColorize;
 use crate::cli::ColorChoice;
 use crate::spec::SpecDiagnostic;
 
+/// Called when writing to stdout fails: a closed pipe ends the process
+/// quietly (the reader has all it wanted); anything else is reported.
+pub fn stdout_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(crate::exit::SUCCESS);
+    }
+    eprintln!("error: cannot write to standard output: {e}");
+    std::process::exit(crate::exit::TASK_FAILED);
+}
+
 /// Output settings from the global flags.
 #[derive(Debug, Clone, Copy)]
 pub struct Output {
