@@ -781,3 +781,27 @@ fn a_cached_hash_is_not_reused_for_a_changed_file() {
     assert_eq!(n, FILES.len());
     assert_eq!(again, after);
 }
+
+#[test]
+fn the_parsed_task_cache_serves_the_same_plan_and_never_a_stale_one() {
+    let p = project();
+    let cache = p.path().join(".cassist/cache/tasks.json");
+    let first = plan_json(&p, &[], &[]);
+    assert!(cache.is_file(), "plan should cache parsed task files");
+    // From the cache: the same plan, byte for byte.
+    assert_eq!(plan_json(&p, &[], &[]), first);
+    // An edit is seen at once, and undoing it gives the old hashes back.
+    let before = hashes_of(&first);
+    edit(&p, "tasks/main.kdl", "Add slugify", "Add slugifY");
+    let edited = hashes(&p);
+    assert_changed(&before, &edited, &["alpha"]);
+    edit(&p, "tasks/main.kdl", "Add slugifY", "Add slugify");
+    assert_eq!(hashes(&p), before);
+    // A corrupt cache is ignored, not trusted.
+    std::fs::write(&cache, "{ not json").unwrap();
+    assert_eq!(plan_json(&p, &[], &[]), first);
+    // `check` reads it but never writes it.
+    std::fs::remove_file(&cache).unwrap();
+    p.run(&["check"]).success();
+    assert!(!cache.exists(), "check wrote the cache");
+}

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::project::Project;
+use crate::spec::cache::SpecCache;
 use crate::spec::config::CustomAgentDef;
 use crate::spec::diag::{SpecDiagnostic, suggestion};
 use crate::spec::task::parse_task_file;
@@ -50,6 +51,8 @@ pub struct Loaded {
     /// Warnings to show even when everything is valid.
     pub warnings: Vec<SpecDiagnostic>,
     pub agent_override: Option<String>,
+    /// Parsed task files, saved by [`plan`] (`check` writes nothing).
+    pub spec_cache: SpecCache,
 }
 
 /// A task's state against the cache (SPEC 4).
@@ -162,7 +165,8 @@ pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic
         }
     };
     timing("discover");
-    let (mut tasks, partial) = parse_files(&project, &files, &mut diags);
+    let mut spec_cache = SpecCache::load(&crate::store::state_dir(&project.root).join("cache").join("tasks.json"));
+    let (mut tasks, partial) = parse_files(&project, &files, &mut spec_cache, &mut diags);
     timing("parse");
 
     // Names unique across the run.
@@ -289,7 +293,7 @@ pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic
     }
     let mut slots: Vec<Option<(Task, TaskFiles)>> = tasks.into_iter().zip(resolved).map(Some).collect();
     let (tasks, files): (Vec<_>, Vec<_>) = order.iter().filter_map(|&i| slots[i].take()).unzip();
-    Ok(Loaded { project, tasks, files, template: (template_name, template_text), warnings, agent_override })
+    Ok(Loaded { project, tasks, files, template: (template_name, template_text), warnings, agent_override, spec_cache })
 }
 
 /// With `CASSIST_TIMINGS=1`, prints how long each planning phase took.
@@ -311,10 +315,17 @@ fn timing(phase: &str) {
 
 /// Reads and parses task files on all cores; results keep the files'
 /// order. `partial` is true when some file could not be parsed at all.
-fn parse_files(project: &Project, files: &[PathBuf], diags: &mut Diagnostics) -> (Vec<Task>, bool) {
+fn parse_files(
+    project: &Project,
+    files: &[PathBuf],
+    cache: &mut SpecCache,
+    diags: &mut Diagnostics,
+) -> (Vec<Task>, bool) {
+    let cache_ro: &SpecCache = cache;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
     let chunk = files.len().div_ceil(threads).max(1);
-    let results: Vec<(Vec<Task>, bool, Diagnostics)> = std::thread::scope(|s| {
+    type Parsed = (Vec<Task>, bool, Diagnostics, Vec<(Arc<SourceFile>, Vec<Task>)>);
+    let results: Vec<Parsed> = std::thread::scope(|s| {
         let handles: Vec<_> = files
             .chunks(chunk)
             .map(|part| {
@@ -322,19 +333,32 @@ fn parse_files(project: &Project, files: &[PathBuf], diags: &mut Diagnostics) ->
                     let mut diags = Diagnostics::default();
                     let mut tasks = Vec::new();
                     let mut partial = false;
+                    let mut fresh = Vec::new();
                     for path in part {
                         match read_source(path, project.display(path)) {
-                            Ok(src) => match parse_task_file(&src, &mut diags) {
-                                Some(t) => tasks.extend(t),
-                                None => partial = true,
-                            },
+                            Ok(src) => {
+                                if let Some(t) = cache_ro.get(&src) {
+                                    tasks.extend(t);
+                                    continue;
+                                }
+                                let before = diags.len();
+                                match parse_task_file(&src, &mut diags) {
+                                    Some(t) => {
+                                        if diags.len() == before {
+                                            fresh.push((Arc::clone(&src), t.clone()));
+                                        }
+                                        tasks.extend(t);
+                                    }
+                                    None => partial = true,
+                                }
+                            }
                             Err(d) => {
                                 diags.push(d);
                                 partial = true;
                             }
                         }
                     }
-                    (tasks, partial, diags)
+                    (tasks, partial, diags, fresh)
                 })
             })
             .collect();
@@ -342,10 +366,13 @@ fn parse_files(project: &Project, files: &[PathBuf], diags: &mut Diagnostics) ->
     });
     let mut tasks = Vec::new();
     let mut partial = false;
-    for (t, p, d) in results {
+    for (t, p, d, fresh) in results {
         tasks.extend(t);
         partial |= p;
         diags.extend(d);
+        for (src, parsed) in fresh {
+            cache.put(&src, &parsed);
+        }
     }
     (tasks, partial)
 }
@@ -444,7 +471,7 @@ fn check_template(src: &Arc<SourceFile>, diags: &mut Diagnostics) {
 
 /// Hashes the loaded tasks into a plan.
 pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
-    let Loaded { project, tasks, files, template, warnings, agent_override } = loaded;
+    let Loaded { project, tasks, files, template, warnings, agent_override, mut spec_cache } = loaded;
     let config = &project.config;
 
     // Hash every distinct file once, in parallel, through the cache.
@@ -477,6 +504,7 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
     if std::fs::create_dir_all(crate::store::state_dir(&project.root)).is_ok() {
         let _ = crate::store::ensure_state_dir(&project.root);
         let _ = cache.save();
+        let _ = spec_cache.save();
     }
 
     timing("hash files");

@@ -22,6 +22,11 @@ impl SourceFile {
         Arc::new(SourceFile { name: name.into(), text: Arc::new(text.into()) })
     }
 
+    /// A placeholder, replaced before use.
+    pub fn empty() -> Arc<SourceFile> {
+        SourceFile::new("", "")
+    }
+
     /// 1-based line and column of a byte offset.
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
         let offset = offset.min(self.text.len());
@@ -34,7 +39,7 @@ impl SourceFile {
 }
 
 /// A value read from a KDL document, with where it was.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Spanned<T> {
     pub value: T,
     pub span: SourceSpan,
@@ -177,6 +182,10 @@ impl Diagnostics {
     pub fn last_mut(&mut self) -> &mut SpecDiagnostic {
         let last = self.items.len() - 1;
         &mut self.items[last]
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
     }
 
     pub fn has_errors(&self) -> bool {

@@ -1,6 +1,7 @@
 //! KDL → typed [`Task`]s and [`ProjectConfig`], with every error a
 //! diagnostic that points at the offending node or value.
 
+pub mod cache;
 pub mod config;
 pub mod diag;
 pub mod duration;

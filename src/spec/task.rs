@@ -28,7 +28,7 @@ pub const TASK_NODES: &[&str] = &[
 ];
 
 /// One acceptance command.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Acceptance {
     pub run: Spanned<String>,
     pub timeout: Option<Duration>,
@@ -37,12 +37,14 @@ pub struct Acceptance {
 /// A task as written, validated for shape. Names of agents and
 /// dependencies, trust and context files are checked later, once every
 /// file and the config are read.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Task {
     pub name: String,
     pub name_span: SourceSpan,
     /// The `task` node's name, for "pointing at the task" (annotations).
     pub node_span: SourceSpan,
+    /// The file the task is in (not cached: set again from the file read).
+    #[serde(skip, default = "SourceFile::empty")]
     pub source: Arc<SourceFile>,
     pub goal: String,
     pub agent: Option<Spanned<String>>,
