@@ -9,7 +9,7 @@ use std::time::Duration;
 use kdl::{KdlDocument, KdlNode, KdlValue};
 use miette::SourceSpan;
 
-use super::diag::{Diagnostics, SourceFile, Spanned, SpecDiagnostic, from_kdl_error, suggestion};
+use super::diag::{Diagnostics, SourceFile, Spanned, SpecDiagnostic, from_kdl_error, parse_kdl, suggestion};
 use super::reader::{DiagExt, Once, Reader, type_name};
 use super::task::{check_path_pattern, read_max_cost, read_positive_int};
 use super::types::SandboxLevel;
@@ -98,7 +98,7 @@ impl ProjectConfig {
 pub fn parse_config(root: &Path, src: Option<&Arc<SourceFile>>, diags: &mut Diagnostics) -> ProjectConfig {
     let mut config = ProjectConfig { source: src.cloned(), ..ProjectConfig::default() };
     if let Some(src) = src {
-        match KdlDocument::parse(&src.text) {
+        match parse_kdl(&src.text) {
             Ok(doc) => read_config(&mut Reader::new(src, diags), &doc, &mut config, root),
             Err(err) => {
                 for d in from_kdl_error(src, &err) {

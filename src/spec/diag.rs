@@ -208,6 +208,41 @@ impl Diagnostics {
     }
 }
 
+/// Parses KDL v2, falling back to v1 (`KdlDocument::parse`), without its
+/// panics.
+///
+/// The v1 parser (kdl 4.7.1, behind kdl's `v1-fallback`) panics on a type
+/// annotation that is a keyword near the end of the text, such as `(true)`,
+/// `a (null)1` or `(false)🦀`: it slices the error span out of the text
+/// *after* the keyword, with the keyword's length. Such a document is
+/// invalid in both versions, so a panic here reports the v2 errors instead.
+pub fn parse_kdl(text: &str) -> Result<kdl::KdlDocument, kdl::KdlError> {
+    catch_quietly(|| kdl::KdlDocument::parse(text)).unwrap_or_else(|| kdl::KdlDocument::parse_v2(text))
+}
+
+/// Runs `f`, turning a panic into `None` without printing it: the panic
+/// hook stays silent while this thread is inside `f`, and is unchanged
+/// otherwise.
+fn catch_quietly<R>(f: impl FnOnce() -> R + std::panic::UnwindSafe) -> Option<R> {
+    use std::cell::Cell;
+    thread_local! {
+        static QUIET: Cell<bool> = const { Cell::new(false) };
+    }
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    QUIET.with(|q| q.set(true));
+    let result = std::panic::catch_unwind(f);
+    QUIET.with(|q| q.set(false));
+    result.ok()
+}
+
 /// Converts a KDL parse failure into our diagnostics.
 pub fn from_kdl_error(source: &Arc<SourceFile>, err: &kdl::KdlError) -> Vec<SpecDiagnostic> {
     let mut out = Vec::new();

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kdl::{KdlDocument, KdlNode, KdlValue};
+use kdl::{KdlNode, KdlValue};
 use miette::SourceSpan;
 
-use super::diag::{Diagnostics, SourceFile, Spanned, from_kdl_error};
+use super::diag::{Diagnostics, SourceFile, Spanned, from_kdl_error, parse_kdl};
 use super::reader::{DiagExt, Once, Reader, type_name};
 use super::types::{Kind, SandboxLevel};
 
@@ -75,7 +75,7 @@ pub fn valid_task_name(name: &str) -> bool {
 /// them as missing; the caller must not run anything when `diags` has errors.
 /// Returns `None` when the file is not valid KDL at all.
 pub fn parse_task_file(src: &Arc<SourceFile>, diags: &mut Diagnostics) -> Option<Vec<Task>> {
-    let doc = match KdlDocument::parse(&src.text) {
+    let doc = match parse_kdl(&src.text) {
         Ok(doc) => doc,
         Err(err) => {
             for d in from_kdl_error(src, &err) {
