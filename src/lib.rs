@@ -31,6 +31,7 @@ macro_rules! out {
 }
 
 pub mod agent;
+pub mod changes;
 pub mod cli;
 pub mod cmd;
 pub mod exit;
