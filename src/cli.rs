@@ -70,6 +70,23 @@ pub enum Command {
     Init,
     /// Print a shell completion script.
     Completions { shell: clap_complete::Shell },
+    /// Internal: run a command inside a copy-on-write workspace.
+    #[command(name = "__sandbox-exec", hide = true)]
+    SandboxExec {
+        #[arg(long)]
+        lower: PathBuf,
+        #[arg(long)]
+        upper: PathBuf,
+        #[arg(long)]
+        work: PathBuf,
+        #[arg(long)]
+        cwd: PathBuf,
+        #[arg(last = true, required = true)]
+        argv: Vec<std::ffi::OsString>,
+    },
+    /// Internal: check that copy-on-write workspaces work here.
+    #[command(name = "__sandbox-probe", hide = true)]
+    SandboxProbe { dir: PathBuf },
 }
 
 /// Where the tasks are, and what the command line adds to them.

@@ -39,8 +39,10 @@ pub mod plan;
 pub mod project;
 pub mod prompt;
 pub mod report;
+pub mod sandbox;
 pub mod spec;
 pub mod store;
+pub mod workspace;
 
 use clap::Parser;
 
@@ -53,6 +55,15 @@ pub fn main_entry() -> i32 {
             return if e.use_stderr() { exit::INVALID_INPUT } else { exit::SUCCESS };
         }
     };
+    // The sandbox wrapper must stay single-threaded: handled before anything
+    // else runs.
+    match cli.command {
+        cli::Command::SandboxExec { lower, upper, work, cwd, argv } => {
+            sandbox::exec(&sandbox::ExecSpec { lower, upper, work, cwd, argv })
+        }
+        cli::Command::SandboxProbe { dir } => sandbox::probe(&dir),
+        _ => {}
+    }
     let out = report::Output::new(cli.color, cli.quiet, cli.verbose);
     if let Some(dir) = &cli.dir
         && let Err(e) = std::env::set_current_dir(dir)

@@ -1,0 +1,713 @@
+//! Workspaces: an isolated, copy-on-write view of the project for one task,
+//! the change set it ends with, and integrating that change set into the
+//! user's tree.
+//!
+//! The normal mode is an overlayfs over the project's own path inside
+//! unprivileged namespaces (see [`crate::sandbox`]): set-up costs a couple
+//! of folders whatever the size of the repository, every command of the
+//! task runs inside it, and the upper dir is exactly the change set. Where
+//! namespaces or overlayfs are unavailable, the project's files (tracked
+//! and untracked-but-not-ignored) are copied instead, once said.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::changes::{Change, ChangeKind, ChangeSet};
+use crate::sandbox::ExecSpec;
+
+/// How a workspace is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Overlay,
+    Copy,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Overlay => "overlay",
+            Mode::Copy => "copy",
+        }
+    }
+}
+
+/// The mode this machine supports, probed once per process. `CASSIST_WORKSPACE=copy`
+/// forces the copy mode. The second value says why overlay is not used.
+pub fn detect_mode(root: &Path) -> (Mode, Option<String>) {
+    static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
+    if std::env::var("CASSIST_WORKSPACE").is_ok_and(|v| v == "copy") {
+        return (Mode::Copy, None);
+    }
+    if !crate::sandbox::overlay_safe(root) {
+        return (
+            Mode::Copy,
+            Some(format!("the project path {} holds `,` or `:`, which overlayfs cannot mount", root.display())),
+        );
+    }
+    let probe = PROBE.get_or_init(|| {
+        let dir = tempfile::Builder::new().prefix("cassist-probe-").tempdir().map_err(|e| e.to_string())?;
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let out = std::process::Command::new(exe)
+            .arg("__sandbox-probe")
+            .arg(dir.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| e.to_string())?;
+        remove_tree(dir.path());
+        if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }
+    });
+    match probe {
+        Ok(()) => (Mode::Overlay, None),
+        Err(why) => (
+            Mode::Copy,
+            Some(if why.is_empty() { "user namespaces or overlayfs are unavailable".into() } else { why.clone() }),
+        ),
+    }
+}
+
+/// What a project file looked like when a workspace was made: enough to
+/// tell whether the user changed it since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub size: u64,
+    pub mtime_ns: i128,
+    pub ino: u64,
+    pub mode: u32,
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            size: m.size(),
+            mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+            ino: m.ino(),
+            mode: m.mode(),
+        }
+    }
+}
+
+/// The project's files at workspace creation (path → stamp). Taken on a
+/// thread while the task starts; integration compares against it.
+pub type Manifest = HashMap<String, Stamp>;
+
+/// Files of the project a workspace shows: tracked and untracked files not
+/// ignored by `.gitignore`, without `.git/` and `.cassist/`.
+pub fn project_files(root: &Path) -> Vec<(String, std::fs::Metadata)> {
+    let mut out = Vec::new();
+    let walker = ignore::WalkBuilder::new(root)
+        .hidden(false)
+        .parents(false)
+        .git_ignore(true)
+        .git_global(false)
+        .git_exclude(true)
+        .require_git(false)
+        .ignore(false)
+        .follow_links(false)
+        .filter_entry(|e| {
+            let name = e.file_name();
+            !(e.depth() == 1 && e.file_type().is_some_and(|t| t.is_dir()) && (name == ".git" || name == ".cassist"))
+        })
+        .build();
+    for entry in walker.flatten() {
+        if entry.file_type().is_some_and(|t| t.is_dir()) {
+            continue;
+        }
+        let Ok(rel) = entry.path().strip_prefix(root) else { continue };
+        let Some(rel) = rel.to_str() else { continue };
+        if let Ok(meta) = std::fs::symlink_metadata(entry.path()) {
+            out.push((rel.to_owned(), meta));
+        }
+    }
+    out
+}
+
+fn manifest_of(root: &Path) -> Manifest {
+    project_files(root).into_iter().map(|(p, m)| (p, Stamp::of(&m))).collect()
+}
+
+/// One task's workspace.
+pub struct Workspace {
+    pub mode: Mode,
+    /// The user's project (canonical).
+    pub root: PathBuf,
+    /// Where commands run: the project path itself (overlay) or the copy.
+    pub dir: PathBuf,
+    /// Holds the upper and work dirs, or the copy.
+    base: PathBuf,
+    upper: PathBuf,
+    work: PathBuf,
+    manifest: Option<std::thread::JoinHandle<Manifest>>,
+    manifest_done: Option<Manifest>,
+    /// Copy mode: blake3 of each copied file.
+    copied: HashMap<String, [u8; 32]>,
+    /// Paths cassist itself placed (instructions files): never part of the
+    /// change set.
+    placed: Vec<String>,
+    keep: bool,
+}
+
+impl Workspace {
+    /// Makes a workspace for `root` under `parent` (a folder outside the
+    /// project: overlayfs refuses an upper dir inside its lower dir).
+    pub fn create(root: &Path, parent: &Path, mode: Mode, name: &str) -> std::io::Result<Workspace> {
+        std::fs::create_dir_all(parent)?;
+        let base = tempfile::Builder::new().prefix(&format!("{}-", sanitize(name))).tempdir_in(parent)?.keep();
+        let root_owned = root.to_path_buf();
+        let manifest = std::thread::spawn(move || manifest_of(&root_owned));
+        let mut ws = Workspace {
+            mode,
+            root: root.to_path_buf(),
+            dir: root.to_path_buf(),
+            upper: base.join("upper"),
+            work: base.join("work"),
+            base,
+            manifest: Some(manifest),
+            manifest_done: None,
+            copied: HashMap::new(),
+            placed: Vec::new(),
+            keep: false,
+        };
+        match mode {
+            Mode::Overlay => {
+                std::fs::create_dir(&ws.upper)?;
+                std::fs::create_dir(&ws.work)?;
+            }
+            Mode::Copy => {
+                let copy = ws.base.join("project");
+                std::fs::create_dir(&copy)?;
+                ws.copied = copy_project(root, &copy)?;
+                ws.dir = copy;
+            }
+        }
+        Ok(ws)
+    }
+
+    /// The base folder (upper and work dirs, or the copy).
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+
+    /// The argv that runs `argv` inside the workspace, starting in `cwd`
+    /// (a folder of the workspace; defaults to its root).
+    pub fn wrap(&self, argv: Vec<OsString>) -> std::io::Result<Vec<OsString>> {
+        match self.mode {
+            Mode::Copy => Ok(argv),
+            Mode::Overlay => {
+                let exe = std::env::current_exe()?;
+                let spec = ExecSpec {
+                    lower: self.root.clone(),
+                    upper: self.upper.clone(),
+                    work: self.work.clone(),
+                    cwd: self.dir.clone(),
+                    argv,
+                };
+                let mut out = vec![exe.into_os_string()];
+                out.extend(spec.to_args());
+                Ok(out)
+            }
+        }
+    }
+
+    /// Writes a file into the workspace (not the user's tree) that is not
+    /// part of the change set: the instructions file placed for the agent.
+    pub fn place(&mut self, rel: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let target = match self.mode {
+            Mode::Overlay => self.upper.join(rel),
+            Mode::Copy => self.dir.join(rel),
+        };
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(target, bytes)?;
+        self.placed.push(rel.to_owned());
+        Ok(())
+    }
+
+    fn manifest(&mut self) -> &Manifest {
+        if self.manifest_done.is_none() {
+            let m = self.manifest.take().and_then(|h| h.join().ok()).unwrap_or_default();
+            self.manifest_done = Some(m);
+        }
+        self.manifest_done.get_or_insert_with(HashMap::new)
+    }
+
+    /// What changed in the workspace: new, modified, deleted and renamed
+    /// files, binary ones included; never `.git/`, `.cassist/`, ignored
+    /// files or what cassist placed.
+    pub fn changes(&mut self) -> std::io::Result<ChangeSet> {
+        let mut raw: BTreeMap<String, Change> = BTreeMap::new();
+        match self.mode {
+            Mode::Overlay => self.overlay_changes(&mut raw)?,
+            Mode::Copy => self.copy_changes(&mut raw)?,
+        }
+        let ignore = IgnoreCheck::new(&self.root);
+        raw.retain(|path, _| {
+            let top = path.split('/').next().unwrap_or("");
+            top != ".git" && top != ".cassist" && !self.placed.contains(path) && !ignore.ignored(path)
+        });
+        Ok(ChangeSet { changes: detect_renames(raw.into_values().collect()) })
+    }
+
+    fn overlay_changes(&mut self, out: &mut BTreeMap<String, Change>) -> std::io::Result<()> {
+        let upper = self.upper.clone();
+        let root = self.root.clone();
+        let mut stack = vec![upper.clone()];
+        while let Some(dir) = stack.pop() {
+            let rel_dir = dir.strip_prefix(&upper).unwrap_or(Path::new("")).to_path_buf();
+            // An opaque folder hides everything below it in the project.
+            if dir != upper && is_opaque(&dir) {
+                for (path, _) in files_below(&root.join(&rel_dir), &root) {
+                    if !dir.join(Path::new(&path).strip_prefix(&rel_dir).unwrap_or(Path::new(&path))).exists() {
+                        out.insert(path.clone(), deleted(&root, &path));
+                    }
+                }
+            }
+            for entry in std::fs::read_dir(&dir)? {
+                let entry = entry?;
+                let path = entry.path();
+                let meta = std::fs::symlink_metadata(&path)?;
+                let rel = path.strip_prefix(&upper).unwrap_or(&path).to_string_lossy().into_owned();
+                let ft = meta.file_type();
+                if ft.is_dir() {
+                    if !root.join(&rel).is_dir() && root.join(&rel).exists() {
+                        // A file replaced by a folder.
+                        out.insert(rel.clone(), deleted(&root, &rel));
+                    }
+                    stack.push(path);
+                } else if ft.is_char_device() && meta.rdev() == 0 {
+                    // A whiteout: deleted (a file, or a whole folder).
+                    let lower = root.join(&rel);
+                    if lower.is_dir() {
+                        for (p, _) in files_below(&lower, &root) {
+                            out.insert(p.clone(), deleted(&root, &p));
+                        }
+                    } else if lower.symlink_metadata().is_ok() {
+                        out.insert(rel.clone(), deleted(&root, &rel));
+                    }
+                } else if ft.is_file() || ft.is_symlink() {
+                    let new = read_entry(&path, &meta)?;
+                    let lower = root.join(&rel);
+                    match std::fs::symlink_metadata(&lower) {
+                        Ok(lm) if lm.is_file() || lm.file_type().is_symlink() => {
+                            let old = read_entry(&lower, &lm)?;
+                            if old != new || lm.mode() & 0o777 != meta.mode() & 0o777 {
+                                out.insert(
+                                    rel.clone(),
+                                    Change {
+                                        path: rel,
+                                        kind: ChangeKind::Modified,
+                                        old: Some(old),
+                                        new: Some(new),
+                                        mode: meta.mode(),
+                                    },
+                                );
+                            }
+                        }
+                        _ => {
+                            out.insert(
+                                rel.clone(),
+                                Change {
+                                    path: rel,
+                                    kind: ChangeKind::Added,
+                                    old: None,
+                                    new: Some(new),
+                                    mode: meta.mode(),
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn copy_changes(&mut self, out: &mut BTreeMap<String, Change>) -> std::io::Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for (rel, meta) in project_files(&self.dir) {
+            seen.insert(rel.clone());
+            let path = self.dir.join(&rel);
+            let new = read_entry(&path, &meta)?;
+            match self.copied.get(&rel) {
+                Some(h) if *h == *blake3::hash(&new).as_bytes() => {
+                    let orig_mode =
+                        std::fs::symlink_metadata(self.root.join(&rel)).map(|m| m.mode()).unwrap_or(meta.mode());
+                    if orig_mode & 0o777 != meta.mode() & 0o777 {
+                        let old = read_entry(&self.root.join(&rel), &std::fs::symlink_metadata(self.root.join(&rel))?)?;
+                        out.insert(
+                            rel.clone(),
+                            Change {
+                                path: rel,
+                                kind: ChangeKind::Modified,
+                                old: Some(old),
+                                new: Some(new),
+                                mode: meta.mode(),
+                            },
+                        );
+                    }
+                }
+                Some(_) => {
+                    let orig = self.root.join(&rel);
+                    let old = std::fs::symlink_metadata(&orig).ok().and_then(|m| read_entry(&orig, &m).ok());
+                    out.insert(
+                        rel.clone(),
+                        Change { path: rel, kind: ChangeKind::Modified, old, new: Some(new), mode: meta.mode() },
+                    );
+                }
+                None => {
+                    out.insert(
+                        rel.clone(),
+                        Change { path: rel, kind: ChangeKind::Added, old: None, new: Some(new), mode: meta.mode() },
+                    );
+                }
+            }
+        }
+        for rel in self.copied.keys() {
+            if !seen.contains(rel) {
+                out.insert(rel.clone(), deleted(&self.root, rel));
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the workspace on disk (for inspection) instead of removing it.
+    pub fn keep(&mut self) -> PathBuf {
+        self.keep = true;
+        self.base.clone()
+    }
+
+    /// Integrates `changes` into the user's tree; see [`integrate`].
+    pub fn integrate(&mut self, changes: &ChangeSet) -> Result<Integrated, IntegrateError> {
+        let root = self.root.clone();
+        let manifest = self.manifest().clone();
+        integrate(&root, changes, &manifest)
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        if let Some(h) = self.manifest.take() {
+            let _ = h.join();
+        }
+        if !self.keep {
+            remove_tree(&self.base);
+        }
+    }
+}
+
+/// Removes a folder tree, including the kernel's unreadable overlay work
+/// folders.
+pub fn remove_tree(path: &Path) {
+    if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
+        return;
+    }
+    for entry in walkdir::WalkDir::new(path).into_iter().flatten() {
+        if entry.file_type().is_dir() {
+            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700));
+        }
+    }
+    let _ = std::fs::remove_dir_all(path);
+}
+
+fn sanitize(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).take(60).collect()
+}
+
+fn is_opaque(dir: &Path) -> bool {
+    for name in ["user.overlay.opaque", "trusted.overlay.opaque"] {
+        let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+        let Ok(attr) = std::ffi::CString::new(name) else { continue };
+        let mut buf = [0u8; 4];
+        // SAFETY: valid C strings and buffer.
+        let n = unsafe { libc::lgetxattr(path.as_ptr(), attr.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n > 0 && buf[0] == b'y' {
+            return true;
+        }
+    }
+    false
+}
+
+/// Files below `dir` (relative to `root`), not following symlinks.
+fn files_below(dir: &Path, root: &Path) -> Vec<(String, std::fs::Metadata)> {
+    let mut out = Vec::new();
+    for entry in walkdir::WalkDir::new(dir).into_iter().flatten() {
+        if entry.file_type().is_dir() {
+            continue;
+        }
+        if let (Ok(rel), Ok(meta)) = (entry.path().strip_prefix(root), entry.metadata()) {
+            out.push((rel.to_string_lossy().into_owned(), meta));
+        }
+    }
+    out
+}
+
+/// A file's bytes, or a symlink's target.
+fn read_entry(path: &Path, meta: &std::fs::Metadata) -> std::io::Result<Vec<u8>> {
+    if meta.file_type().is_symlink() {
+        Ok(std::fs::read_link(path)?.into_os_string().into_encoded_bytes())
+    } else {
+        std::fs::read(path)
+    }
+}
+
+fn deleted(root: &Path, rel: &str) -> Change {
+    let path = root.join(rel);
+    let meta = std::fs::symlink_metadata(&path).ok();
+    let old = meta.as_ref().and_then(|m| read_entry(&path, m).ok());
+    Change {
+        path: rel.to_owned(),
+        kind: ChangeKind::Deleted,
+        old,
+        new: None,
+        mode: meta.map_or(0o100644, |m| m.mode()),
+    }
+}
+
+/// A deleted and an added file with the same content are a rename.
+fn detect_renames(changes: Vec<Change>) -> Vec<Change> {
+    let mut deleted_by_content: HashMap<Vec<u8>, usize> = HashMap::new();
+    for (i, c) in changes.iter().enumerate() {
+        if c.kind == ChangeKind::Deleted
+            && let Some(old) = &c.old
+            && !old.is_empty()
+        {
+            deleted_by_content.entry(old.clone()).or_insert(i);
+        }
+    }
+    let mut drop = vec![false; changes.len()];
+    let mut out = changes.clone();
+    for (i, c) in changes.iter().enumerate() {
+        if c.kind != ChangeKind::Added {
+            continue;
+        }
+        let Some(new) = &c.new else { continue };
+        if let Some(j) = deleted_by_content.remove(new) {
+            out[i].kind = ChangeKind::Renamed { from: changes[j].path.clone() };
+            out[i].old = changes[j].old.clone();
+            drop[j] = true;
+        }
+    }
+    out.into_iter().zip(drop).filter(|(_, d)| !d).map(|(c, _)| c).collect()
+}
+
+/// Copies the project's files into `to`; returns each file's hash.
+fn copy_project(root: &Path, to: &Path) -> std::io::Result<HashMap<String, [u8; 32]>> {
+    let mut hashes = HashMap::new();
+    for (rel, meta) in project_files(root) {
+        let src = root.join(&rel);
+        let dst = to.join(&rel);
+        if let Some(parent) = dst.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let bytes = read_entry(&src, &meta)?;
+        if meta.file_type().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
+        } else {
+            std::fs::write(&dst, &bytes)?;
+            std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+        }
+        hashes.insert(rel, *blake3::hash(&bytes).as_bytes());
+    }
+    Ok(hashes)
+}
+
+/// `.gitignore` rules of the project, asked path by path.
+struct IgnoreCheck {
+    root: PathBuf,
+    cache: std::cell::RefCell<HashMap<PathBuf, Option<ignore::gitignore::Gitignore>>>,
+}
+
+impl IgnoreCheck {
+    fn new(root: &Path) -> IgnoreCheck {
+        IgnoreCheck { root: root.to_path_buf(), cache: Default::default() }
+    }
+
+    fn matcher(&self, dir: &Path) -> Option<ignore::gitignore::Gitignore> {
+        let mut cache = self.cache.borrow_mut();
+        cache
+            .entry(dir.to_path_buf())
+            .or_insert_with(|| {
+                let file = dir.join(".gitignore");
+                let mut b = ignore::gitignore::GitignoreBuilder::new(dir);
+                let mut any = false;
+                if file.is_file() {
+                    any |= b.add(&file).is_none();
+                }
+                if dir == self.root {
+                    let exclude = self.root.join(".git/info/exclude");
+                    if exclude.is_file() {
+                        any |= b.add(&exclude).is_none();
+                    }
+                }
+                if any { b.build().ok() } else { None }
+            })
+            .clone()
+    }
+
+    /// Whether `rel` (a file) is ignored by any `.gitignore` on its way.
+    fn ignored(&self, rel: &str) -> bool {
+        let full = self.root.join(rel);
+        let mut dirs: Vec<PathBuf> =
+            full.ancestors().skip(1).take_while(|d| d.starts_with(&self.root)).map(Path::to_path_buf).collect();
+        dirs.reverse();
+        let mut ignored = false;
+        for d in dirs {
+            if let Some(m) = self.matcher(&d) {
+                match m.matched_path_or_any_parents(&full, false) {
+                    ignore::Match::Ignore(_) => ignored = true,
+                    ignore::Match::Whitelist(_) => ignored = false,
+                    ignore::Match::None => {}
+                }
+            }
+        }
+        ignored
+    }
+}
+
+/// A file's bytes and mode before integration touched it.
+type Backup = (Vec<u8>, u32);
+
+/// What integration did.
+#[derive(Debug, Default)]
+pub struct Integrated {
+    pub written: Vec<String>,
+    pub deleted: Vec<String>,
+    /// Content the user's files had before (for a rollback).
+    backup: Vec<(String, Option<Backup>)>,
+}
+
+/// Why integration did not happen. The user's tree is unchanged.
+#[derive(Debug)]
+pub enum IntegrateError {
+    /// Files the user changed since the workspace was made.
+    Conflict(Vec<String>),
+    Io(String),
+}
+
+impl std::fmt::Display for IntegrateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IntegrateError::Conflict(files) => {
+                write!(f, "conflict: changed in the project meanwhile: {}", files.join(", "))
+            }
+            IntegrateError::Io(e) => write!(f, "cannot write the change: {e}"),
+        }
+    }
+}
+
+/// Applies `changes` to the user's tree at `root`, uncommitted. Every file
+/// is checked first against `manifest` (its state when the workspace was
+/// made): a file changed meanwhile is a conflict and nothing is written.
+/// A failure half-way restores what was written.
+pub fn integrate(root: &Path, changes: &ChangeSet, manifest: &Manifest) -> Result<Integrated, IntegrateError> {
+    let mut conflicts = Vec::new();
+    let check = |rel: &str, conflicts: &mut Vec<String>| {
+        let now = std::fs::symlink_metadata(root.join(rel)).ok().map(|m| Stamp::of(&m));
+        let then = manifest.get(rel).copied();
+        let same = match (now, then) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.size == b.size && a.mtime_ns == b.mtime_ns && a.ino == b.ino,
+            _ => false,
+        };
+        if !same {
+            conflicts.push(rel.to_owned());
+        }
+    };
+    for c in &changes.changes {
+        check(&c.path, &mut conflicts);
+        if let ChangeKind::Renamed { from } = &c.kind {
+            check(from, &mut conflicts);
+        }
+    }
+    if !conflicts.is_empty() {
+        conflicts.sort();
+        conflicts.dedup();
+        return Err(IntegrateError::Conflict(conflicts));
+    }
+    let mut done = Integrated::default();
+    let result = (|| -> std::io::Result<()> {
+        for c in &changes.changes {
+            if let ChangeKind::Renamed { from } = &c.kind {
+                remove_file(root, from, &mut done)?;
+            }
+            match &c.new {
+                Some(bytes) => write_file(root, &c.path, bytes, c.mode, &mut done)?,
+                None => remove_file(root, &c.path, &mut done)?,
+            }
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => Ok(done),
+        Err(e) => {
+            rollback(root, &done);
+            Err(IntegrateError::Io(e.to_string()))
+        }
+    }
+}
+
+fn backup_of(path: &Path) -> Option<(Vec<u8>, u32)> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    read_entry(path, &meta).ok().map(|b| (b, meta.mode()))
+}
+
+fn write_file(root: &Path, rel: &str, bytes: &[u8], mode: u32, done: &mut Integrated) -> std::io::Result<()> {
+    let path = root.join(rel);
+    done.backup.push((rel.to_owned(), backup_of(&path)));
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    if mode & libc::S_IFMT == libc::S_IFLNK {
+        let _ = std::fs::remove_file(&path);
+        std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(bytes), &path)?;
+    } else {
+        let dir = path.parent().unwrap_or(root);
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        std::io::Write::write_all(&mut tmp, bytes)?;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(mode & 0o7777))?;
+        tmp.persist(&path).map_err(|e| e.error)?;
+    }
+    done.written.push(rel.to_owned());
+    Ok(())
+}
+
+fn remove_file(root: &Path, rel: &str, done: &mut Integrated) -> std::io::Result<()> {
+    let path = root.join(rel);
+    done.backup.push((rel.to_owned(), backup_of(&path)));
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    done.deleted.push(rel.to_owned());
+    Ok(())
+}
+
+/// Puts back what [`integrate`] changed (after a failed write, or when the
+/// `build` command fails afterwards).
+pub fn rollback(root: &Path, done: &Integrated) {
+    for (rel, backup) in done.backup.iter().rev() {
+        let path = root.join(rel);
+        match backup {
+            Some((bytes, mode)) => {
+                let _ = std::fs::remove_file(&path);
+                if mode & libc::S_IFMT == libc::S_IFLNK {
+                    let _ = std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(bytes), &path);
+                } else {
+                    if let Some(parent) = path.parent() {
+                        let _ = std::fs::create_dir_all(parent);
+                    }
+                    let _ = std::fs::write(&path, bytes);
+                    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & 0o7777));
+                }
+            }
+            None => {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+}
