@@ -36,6 +36,7 @@ pub mod cli;
 pub mod cmd;
 pub mod exit;
 pub mod plan;
+pub mod process;
 pub mod project;
 pub mod prompt;
 pub mod report;
