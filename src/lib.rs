@@ -30,6 +30,7 @@ macro_rules! out {
     }};
 }
 
+pub mod accept;
 pub mod agent;
 pub mod changes;
 pub mod cli;
@@ -40,6 +41,7 @@ pub mod process;
 pub mod project;
 pub mod prompt;
 pub mod report;
+pub mod review;
 pub mod sandbox;
 pub mod spec;
 pub mod store;
