@@ -63,3 +63,39 @@ impl ChangeSet {
         self.changes.iter().map(|c| c.path.as_str()).collect()
     }
 }
+
+/// A unified diff of the change set, git style, for people (the exact
+/// bytes are stored separately). Binary files are named, not shown.
+pub fn unified_diff(set: &ChangeSet) -> String {
+    let mut out = String::new();
+    for c in &set.changes {
+        let (from, to) = match &c.kind {
+            ChangeKind::Renamed { from } => (from.as_str(), c.path.as_str()),
+            _ => (c.path.as_str(), c.path.as_str()),
+        };
+        out.push_str(&format!("diff --git a/{from} b/{to}\n"));
+        match &c.kind {
+            ChangeKind::Added => out.push_str(&format!("new file mode {:o}\n", c.mode & 0o777 | 0o100000)),
+            ChangeKind::Deleted => out.push_str(&format!("deleted file mode {:o}\n", c.mode & 0o777 | 0o100000)),
+            ChangeKind::Renamed { from } => out.push_str(&format!("rename from {from}\nrename to {}\n", c.path)),
+            ChangeKind::Modified => {}
+        }
+        let a = if c.old.is_some() { format!("a/{from}") } else { "/dev/null".to_owned() };
+        let b = if c.new.is_some() { format!("b/{to}") } else { "/dev/null".to_owned() };
+        if c.is_binary() {
+            out.push_str(&format!("Binary files {a} and {b} differ\n"));
+            continue;
+        }
+        let old = c.old.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+        let new = c.new.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+        if old == new {
+            continue;
+        }
+        let diff = similar::TextDiff::from_lines(old.as_ref(), new.as_ref());
+        out.push_str(&diff.unified_diff().context_radius(3).header(&a, &b).to_string());
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}

@@ -37,6 +37,8 @@ pub enum ColorChoice {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run tasks: agent, review, acceptance, integration.
+    Run(RunArgs),
     /// Validate task files and the config; exit 0 or 2.
     Check(TaskArgs),
     /// Show the run order, hashes and states.
@@ -87,6 +89,25 @@ pub enum Command {
     /// Internal: check that copy-on-write workspaces work here.
     #[command(name = "__sandbox-probe", hide = true)]
     SandboxProbe { dir: PathBuf },
+}
+
+/// `cassist run`.
+#[derive(Debug, Args, Default)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub tasks: TaskArgs,
+    /// Only these tasks (and the tasks they depend on); repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub filter: Vec<String>,
+    /// Run what does not depend on a failed task.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Keep the workspace of a failed task for inspection.
+    #[arg(long)]
+    pub keep_workspace: bool,
+    /// Write machine-readable results here.
+    #[arg(long, value_name = "FILE")]
+    pub report_json: Option<PathBuf>,
 }
 
 /// Where the tasks are, and what the command line adds to them.

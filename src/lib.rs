@@ -42,6 +42,7 @@ pub mod project;
 pub mod prompt;
 pub mod report;
 pub mod review;
+pub mod runner;
 pub mod sandbox;
 pub mod spec;
 pub mod store;

@@ -549,6 +549,7 @@ pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> io::Result<Fi
     let handle = handle?;
     let pid = handle.pids()[0];
     let pgid = pid as i32;
+    register_group(pgid);
     let mut guard = GroupGuard { pgid, armed: true };
 
     let stop_stdin = Arc::new(AtomicBool::new(false));
@@ -668,6 +669,40 @@ impl Drop for GroupGuard {
     fn drop(&mut self) {
         if self.armed {
             signal_group(self.pgid, Signal::SIGKILL);
+        }
+        unregister_group(self.pgid);
+    }
+}
+
+/// Process groups of the commands running now, for [`kill_all_groups`]
+/// (a fixed table of atomics: it is read from a signal handler).
+static GROUPS: [std::sync::atomic::AtomicI32; 256] = [const { std::sync::atomic::AtomicI32::new(0) }; 256];
+
+fn register_group(pgid: i32) {
+    for slot in &GROUPS {
+        if slot.compare_exchange(0, pgid, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            return;
+        }
+    }
+}
+
+fn unregister_group(pgid: i32) {
+    for slot in &GROUPS {
+        let _ = slot.compare_exchange(pgid, 0, Ordering::SeqCst, Ordering::SeqCst);
+    }
+}
+
+/// SIGKILL to the process group of every command running now. Only
+/// async-signal-safe calls: usable from a signal handler (a second
+/// Ctrl-C).
+pub fn kill_all_groups() {
+    for slot in &GROUPS {
+        let pgid = slot.load(Ordering::SeqCst);
+        if pgid > 0 {
+            // SAFETY: kill is async-signal-safe.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
         }
     }
 }

@@ -58,3 +58,33 @@ pub fn version_of(program: &Path, timeout: Duration) -> Option<String> {
         }
     }
 }
+
+pub mod invoke;
+
+/// The command line and variables of a built-in agent (workspace-write
+/// mode; the full adapters map every sandbox level and parse the CLIs'
+/// JSON output).
+pub fn builtin_invocation(name: &str) -> Option<invoke::Invocation> {
+    let (argv, env): (&[&str], &[&str]) = match name {
+        "claude" => (
+            &["claude", "-p", "--output-format", "json", "--permission-mode", "acceptEdits"],
+            &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "CLAUDE_CONFIG_DIR"],
+        ),
+        "codex" => (
+            &["codex", "exec", "--sandbox", "workspace-write", "--json", "--skip-git-repo-check"],
+            &["CODEX_HOME", "OPENAI_API_KEY"],
+        ),
+        "gemini" => (
+            &["gemini", "--output-format", "json", "--approval-mode", "auto_edit", "--skip-trust"],
+            &["GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GEMINI_MODEL"],
+        ),
+        "droid" => (&["droid", "exec", "--auto", "low", "-o", "json", "-f", "{prompt_file}"], &["FACTORY_API_KEY"]),
+        _ => return None,
+    };
+    Some(invoke::Invocation {
+        name: name.to_owned(),
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        pass_env: env.iter().map(|s| (*s).to_owned()).collect(),
+        stdin_prompt: true,
+    })
+}

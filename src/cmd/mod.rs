@@ -6,6 +6,7 @@ mod explain;
 mod init;
 mod plan;
 mod prompt;
+mod run;
 
 use std::path::Path;
 
@@ -15,6 +16,7 @@ use crate::report::Output;
 
 pub fn dispatch(command: Command, cwd: &Path, out: &Output) -> i32 {
     match command {
+        Command::Run(args) => run::run(cwd, &args, out),
         Command::Check(args) => check::run(cwd, &args, out),
         Command::Plan { tasks, json } => plan::run(cwd, &tasks, json, out),
         Command::Prompt { task, tasks } => prompt::run(cwd, &task, &tasks, out),

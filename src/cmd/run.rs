@@ -1,0 +1,288 @@
+//! `cassist run`: every task of the plan, one after another in dependency
+//! order, each through the runner.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde::Serialize;
+
+use crate::cli::RunArgs;
+use crate::exit;
+use crate::plan::{Plan, PlannedTask};
+use crate::process::{Cancel, Redactor};
+use crate::report::Output;
+use crate::report::table::Table;
+use crate::runner::{Event, Runner, TaskReport, TaskState};
+use crate::workspace::detect_mode;
+
+/// The `--report-json` document (SPEC 5).
+#[derive(Serialize)]
+pub struct RunReport<'a> {
+    pub tasks: &'a [TaskReport],
+    pub passed: usize,
+    pub failed: usize,
+    pub blocked: usize,
+    pub cached: usize,
+}
+
+impl<'a> RunReport<'a> {
+    pub fn new(tasks: &'a [TaskReport]) -> RunReport<'a> {
+        let count = |s: &[TaskState]| tasks.iter().filter(|t| s.contains(&t.state)).count();
+        RunReport {
+            tasks,
+            passed: count(&[TaskState::Passed]),
+            failed: count(&[TaskState::Failed]),
+            blocked: count(&[TaskState::Blocked]),
+            cached: count(&[TaskState::UpToDate, TaskState::Replayed]),
+        }
+    }
+}
+
+pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
+    let plan = match super::plan_or_exit(cwd, &args.tasks, out) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    // --filter: the named tasks and what they depend on.
+    let selected: Vec<&PlannedTask> = match select(&plan, &args.filter) {
+        Ok(s) => s,
+        Err(d) => {
+            out.print_diagnostics(&[d]);
+            return exit::INVALID_INPUT;
+        }
+    };
+
+    let cancel = Cancel::default();
+    let interrupts = install_ctrl_c(cancel.clone());
+
+    let (mode, why) = detect_mode(&plan.project.root);
+    if let Some(why) = why {
+        eprintln!(
+            "note: copy-on-write workspaces are unavailable here ({why}); each task works on a copy of the project instead"
+        );
+    }
+    let run_id = run_id();
+    let run_dir = crate::store::state_dir(&plan.project.root).join("runs").join(&run_id);
+    if let Err(e) = crate::store::ensure_state_dir(&plan.project.root).and_then(|_| std::fs::create_dir_all(&run_dir)) {
+        eprintln!("error: cannot create {}: {e}", run_dir.display());
+        return exit::TASK_FAILED;
+    }
+    let workspaces = workspaces_dir(&plan.project.root);
+    let redactor = Redactor::from_env();
+    let total = selected.len();
+    let done = AtomicUsize::new(0);
+    let events = |e: Event<'_>| {
+        if out.quiet {
+            return;
+        }
+        let n = done.load(Ordering::Relaxed) + 1;
+        match e {
+            Event::Phase { task, phase, attempt, detail } => {
+                let attempt = if attempt > 0 { format!(" (attempt {attempt})") } else { String::new() };
+                let detail = if detail.is_empty() { String::new() } else { format!(": {detail}") };
+                eprintln!("[{n}/{total}] {task}: {phase}{attempt}{detail}");
+            }
+            Event::Note { task, message } => eprintln!("[{n}/{total}] {task}: {message}"),
+        }
+    };
+    let runner = Runner {
+        plan: &plan,
+        workspaces,
+        mode,
+        run_dir: run_dir.clone(),
+        keep_workspace: args.keep_workspace,
+        redactor: &redactor,
+        cancel: cancel.clone(),
+        events: &events,
+    };
+
+    let mut reports: Vec<TaskReport> = Vec::new();
+    let mut by_name: HashMap<String, usize> = HashMap::new();
+    let mut stop: Option<String> = None;
+    for t in selected {
+        let report = if cancel.is_cancelled() {
+            TaskReport::skipped(t, "interrupted")
+        } else if let Some(why) = &stop {
+            TaskReport::skipped(t, why.clone())
+        } else if let Some(dep) =
+            t.key.spec.depends_on.iter().find(|d| by_name.get(*d).is_some_and(|&i| !reports[i].state.is_success()))
+        {
+            TaskReport::skipped(t, format!("dependency `{dep}` did not pass"))
+        } else {
+            let summaries: Vec<(String, String)> = plan
+                .summary_dependencies(t)
+                .iter()
+                .filter_map(|d| {
+                    by_name
+                        .get(&d.task.name)
+                        .and_then(|&i| reports[i].summary.clone())
+                        .map(|s| (d.task.name.clone(), s))
+                })
+                .collect();
+            let r = runner.run_task(t, &summaries);
+            print_finished(out, &r);
+            if !r.state.is_success() && !args.keep_going && stop.is_none() {
+                stop = Some(format!("not started: `{}` failed (use --keep-going to run independent tasks)", r.name));
+            }
+            r
+        };
+        done.fetch_add(1, Ordering::Relaxed);
+        by_name.insert(report.name.clone(), reports.len());
+        reports.push(report);
+    }
+
+    let interrupted = cancel.is_cancelled() || interrupts.load(Ordering::SeqCst) > 0;
+    if !out.quiet || reports.iter().any(|r| !r.state.is_success()) {
+        print_summary(out, &reports, &run_dir);
+    }
+    if let Some(path) = &args.report_json {
+        let doc = RunReport::new(&reports);
+        let json = serde_json::to_vec_pretty(&doc).unwrap_or_default();
+        if let Err(e) = crate::store::write_atomic(path, &json) {
+            eprintln!("error: cannot write {}: {e}", path.display());
+        }
+    }
+    if interrupted {
+        eprintln!(
+            "interrupted: agents stopped, workspaces removed; the project is as it was after the last integrated task"
+        );
+        return exit::INTERRUPTED;
+    }
+    if reports.iter().all(|r| r.state.is_success()) { exit::SUCCESS } else { exit::TASK_FAILED }
+}
+
+fn select<'a>(plan: &'a Plan, filter: &[String]) -> Result<Vec<&'a PlannedTask>, crate::spec::SpecDiagnostic> {
+    if filter.is_empty() {
+        return Ok(plan.tasks.iter().collect());
+    }
+    let mut want: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut stack: Vec<&str> = Vec::new();
+    for f in filter {
+        let Some(t) = plan.get(f) else { return Err(plan.unknown_task(f)) };
+        stack.push(&t.task.name);
+    }
+    while let Some(n) = stack.pop() {
+        if want.insert(n)
+            && let Some(t) = plan.get(n)
+        {
+            stack.extend(t.key.spec.depends_on.iter().map(String::as_str));
+        }
+    }
+    Ok(plan.tasks.iter().filter(|t| want.contains(t.task.name.as_str())).collect())
+}
+
+fn run_id() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    format!("{secs}-{}", std::process::id())
+}
+
+/// Workspaces live outside the project (overlayfs refuses an upper dir
+/// inside its lower dir): under the temp folder, per user.
+fn workspaces_dir(root: &Path) -> PathBuf {
+    let uid = nix::unistd::getuid();
+    let mut dir = std::env::temp_dir().join(format!("cassist-{uid}"));
+    if dir.starts_with(root) {
+        dir = PathBuf::from("/tmp").join(format!("cassist-{uid}"));
+    }
+    dir
+}
+
+fn print_finished(out: &Output, r: &TaskReport) {
+    if out.quiet && r.state.is_success() {
+        return;
+    }
+    let state = match r.state {
+        TaskState::Passed | TaskState::UpToDate | TaskState::Replayed => out.green(r.state.as_str()),
+        TaskState::Skipped => out.yellow(r.state.as_str()),
+        _ => out.red(r.state.as_str()),
+    };
+    let mut line = format!("{} {state} in {:.1}s", r.name, r.duration_ms as f64 / 1000.0);
+    if !r.changed_files.is_empty() && r.state.is_success() {
+        line.push_str(&format!(", integrated {} file(s): {}", r.changed_files.len(), r.changed_files.join(", ")));
+    }
+    if let Some(reason) = &r.reason {
+        line.push_str(&format!(": {reason}"));
+    }
+    crate::outln!("{line}");
+    if r.state.is_success()
+        && let Some(s) = &r.summary
+        && !s.trim().is_empty()
+        && !out.quiet
+    {
+        let first: String = s.lines().take(3).collect::<Vec<_>>().join("\n  ");
+        crate::outln!("  {}", out.dim(&first));
+    }
+}
+
+fn print_summary(out: &Output, reports: &[TaskReport], run_dir: &Path) {
+    let mut table = Table::new(&["TASK", "STATE", "AGENT", "ATTEMPTS", "TIME", "COST"]);
+    for r in reports {
+        let state = match r.state {
+            TaskState::Passed | TaskState::UpToDate | TaskState::Replayed => out.green(r.state.as_str()),
+            TaskState::Skipped => out.yellow(r.state.as_str()),
+            _ => out.red(r.state.as_str()),
+        };
+        table.row(vec![
+            r.name.clone(),
+            state,
+            r.agent.clone(),
+            r.attempts.to_string(),
+            format!("{:.1}s", r.duration_ms as f64 / 1000.0),
+            r.cost_usd.map_or("-".to_owned(), |c| format!("${c:.2}")),
+        ]);
+    }
+    crate::outln!();
+    crate::out!("{}", table.render(|h| out.dim(h)));
+    for r in reports.iter().filter(|r| matches!(r.state, TaskState::Failed | TaskState::Blocked)) {
+        crate::outln!();
+        crate::outln!("{} {}: {}", out.red("✗"), r.name, r.reason.as_deref().unwrap_or("failed"));
+        if !r.tail.trim().is_empty() {
+            let tail = crate::runner::tail_lines(&r.tail, 1500);
+            for line in tail.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev() {
+                crate::outln!("    {}", out.dim(line));
+            }
+        }
+        if let Some(t) = &r.transcript {
+            crate::outln!("  transcript: {}", t.display());
+        }
+        if let Some(w) = &r.kept_workspace {
+            crate::outln!("  workspace kept: {}", w.display());
+        }
+    }
+    let passed = reports.iter().filter(|r| r.state.is_success()).count();
+    crate::outln!();
+    crate::outln!("{passed} of {} task(s) passed; records in {}", reports.len(), run_dir.display());
+}
+
+/// Ctrl-C: the first stops new tasks and ends running agents (through
+/// `cancel`); a second ends cassist at once. Returns the count of
+/// interrupts seen.
+fn install_ctrl_c(cancel: Cancel) -> &'static AtomicUsize {
+    static COUNT: AtomicUsize = AtomicUsize::new(0);
+    extern "C" fn on_int(_: libc::c_int) {
+        let n = COUNT.fetch_add(1, Ordering::SeqCst);
+        if n >= 1 {
+            crate::process::kill_all_groups();
+            // SAFETY: _exit is async-signal-safe.
+            unsafe { libc::_exit(crate::exit::INTERRUPTED) };
+        }
+    }
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    let action = SigAction::new(SigHandler::Handler(on_int), SaFlags::SA_RESTART, SigSet::empty());
+    // SAFETY: the handler only touches atomics and async-signal-safe calls.
+    unsafe {
+        let _ = sigaction(Signal::SIGINT, &action);
+        let _ = sigaction(Signal::SIGTERM, &action);
+    }
+    std::thread::spawn(move || {
+        loop {
+            if COUNT.load(Ordering::SeqCst) > 0 {
+                cancel.cancel();
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+    });
+    &COUNT
+}

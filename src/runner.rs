@@ -1,0 +1,694 @@
+//! One task, from prompt to an integrated, verified change (SPEC 3):
+//! workspace → setup → prompt → agent → review → acceptance → (feedback) →
+//! integrate → build → record.
+//!
+//! The runner holds no global state: everything it needs comes in a
+//! [`Runner`], everything it did goes out as a [`TaskReport`] and events.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::accept::{self, AcceptanceResult};
+use crate::agent::invoke::{self, Invocation, Placeholders};
+use crate::changes::{ChangeSet, unified_diff};
+use crate::plan::{Plan, PlannedTask};
+use crate::process::{self, Cancel, Outcome, Redactor};
+use crate::review::{self, Review, ReviewInput};
+use crate::spec::Kind;
+use crate::workspace::{IntegrateError, Mode, Workspace};
+
+/// Summaries of explore/review tasks are cut to this length (SPEC 1).
+pub const SUMMARY_LIMIT: usize = 1000;
+/// Feedback to the agent is cut to about this many bytes (SPEC 3.7).
+pub const FEEDBACK_LIMIT: usize = 4096;
+
+/// How a task ended (SPEC 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskState {
+    Passed,
+    UpToDate,
+    Replayed,
+    Failed,
+    Blocked,
+    Skipped,
+}
+
+impl TaskState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Passed => "passed",
+            TaskState::UpToDate => "up-to-date",
+            TaskState::Replayed => "replayed",
+            TaskState::Failed => "failed",
+            TaskState::Blocked => "blocked",
+            TaskState::Skipped => "skipped",
+        }
+    }
+
+    pub fn is_success(self) -> bool {
+        matches!(self, TaskState::Passed | TaskState::UpToDate | TaskState::Replayed)
+    }
+}
+
+/// One acceptance command in the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct AcceptanceJson {
+    pub command: String,
+    pub exit_code: Option<i32>,
+    pub passed: bool,
+}
+
+/// What happened to one task: the `--report-json` entry of SPEC 5, plus
+/// what the terminal summary needs.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskReport {
+    pub name: String,
+    pub state: TaskState,
+    pub hash: String,
+    pub agent: String,
+    pub attempts: u32,
+    pub duration_ms: u64,
+    pub changed_files: Vec<String>,
+    pub acceptance: Vec<AcceptanceJson>,
+    pub subtasks: Vec<TaskReport>,
+    pub reason: Option<String>,
+    pub summary: Option<String>,
+    pub cost_usd: Option<f64>,
+    /// The tail of the failing output.
+    #[serde(skip)]
+    pub tail: String,
+    /// Where the transcript of the last agent run is.
+    #[serde(skip)]
+    pub transcript: Option<PathBuf>,
+    /// Where everything of this task was recorded.
+    #[serde(skip)]
+    pub record_dir: Option<PathBuf>,
+    /// A workspace kept for inspection.
+    #[serde(skip)]
+    pub kept_workspace: Option<PathBuf>,
+    /// Interrupted by Ctrl-C.
+    #[serde(skip)]
+    pub interrupted: bool,
+}
+
+impl TaskReport {
+    pub fn new(t: &PlannedTask) -> TaskReport {
+        TaskReport {
+            name: t.task.name.clone(),
+            state: TaskState::Skipped,
+            hash: t.hash.clone(),
+            agent: t.agent.clone(),
+            attempts: 0,
+            duration_ms: 0,
+            changed_files: Vec::new(),
+            acceptance: Vec::new(),
+            subtasks: Vec::new(),
+            reason: None,
+            summary: None,
+            cost_usd: None,
+            tail: String::new(),
+            transcript: None,
+            record_dir: None,
+            kept_workspace: None,
+            interrupted: false,
+        }
+    }
+
+    pub fn skipped(t: &PlannedTask, reason: impl Into<String>) -> TaskReport {
+        TaskReport { reason: Some(reason.into()), ..TaskReport::new(t) }
+    }
+}
+
+/// Progress of a task, for the reporter.
+#[derive(Debug, Clone)]
+pub enum Event<'a> {
+    Phase { task: &'a str, phase: &'static str, attempt: u32, detail: String },
+    Note { task: &'a str, message: String },
+}
+
+/// Everything one task run needs.
+pub struct Runner<'a> {
+    pub plan: &'a Plan,
+    /// Where workspaces are made (outside the project).
+    pub workspaces: PathBuf,
+    pub mode: Mode,
+    /// `.cassist/runs/<id>/`: records of this run.
+    pub run_dir: PathBuf,
+    pub keep_workspace: bool,
+    pub redactor: &'a Redactor,
+    pub cancel: Cancel,
+    pub events: &'a (dyn Fn(Event<'_>) + Sync),
+}
+
+/// What a task runs: its agent, resolved.
+struct Agent {
+    inv: Invocation,
+}
+
+impl Runner<'_> {
+    fn event(&self, e: Event<'_>) {
+        (self.events)(e)
+    }
+
+    fn phase(&self, task: &str, phase: &'static str, attempt: u32, detail: impl Into<String>) {
+        self.event(Event::Phase { task, phase, attempt, detail: detail.into() });
+    }
+
+    /// Runs one task. `summaries` are the findings of its explore/review
+    /// dependencies.
+    pub fn run_task(&self, t: &PlannedTask, summaries: &[(String, String)]) -> TaskReport {
+        let start = Instant::now();
+        let mut report = TaskReport::new(t);
+        let record = self.run_dir.join(&t.task.name);
+        if let Err(e) = std::fs::create_dir_all(&record) {
+            report.state = TaskState::Failed;
+            report.reason = Some(format!("cannot create {}: {e}", record.display()));
+            return report;
+        }
+        report.record_dir = Some(record.clone());
+        self.run_in(t, summaries, &record, &mut report);
+        report.duration_ms = start.elapsed().as_millis() as u64;
+        if let Some(s) = &report.summary {
+            report.summary = Some(truncate_chars(s, SUMMARY_LIMIT));
+        }
+        if let Ok(json) = serde_json::to_vec_pretty(&report) {
+            let _ = crate::store::write_atomic(&record.join("report.json"), &json);
+        }
+        report
+    }
+
+    fn run_in(&self, t: &PlannedTask, summaries: &[(String, String)], record: &Path, report: &mut TaskReport) {
+        let project = &self.plan.project;
+        let name = t.task.name.as_str();
+
+        // The agent: the first of its candidates that is installed.
+        let mut candidates: Vec<Agent> = Vec::new();
+        let mut missing: Vec<String> = Vec::new();
+        for cand in invoke::candidates(&project.config, &t.agent) {
+            match invoke::invocation(&project.config, &cand) {
+                Some(inv) if invoke::locate(&inv, &project.root, None).is_some() => candidates.push(Agent { inv }),
+                Some(inv) => missing.push(describe_missing(&cand, &inv)),
+                None => missing.push(format!("`{cand}` is not an agent")),
+            }
+        }
+        if candidates.is_empty() {
+            report.state = TaskState::Failed;
+            report.reason = Some(format!(
+                "sub-agent unavailable: {}; install it, or choose another agent with `agent` in the task, --agent or CASSIST_AGENT (`cassist agents` lists them)",
+                missing.join("; ")
+            ));
+            return;
+        }
+
+        // The workspace.
+        self.phase(name, "workspace", 0, self.mode.as_str());
+        let mut ws = match Workspace::create(&project.root, &self.workspaces, self.mode, name) {
+            Ok(ws) => ws,
+            Err(e) => {
+                report.state = TaskState::Failed;
+                report.reason = Some(format!("cannot create the workspace: {e}"));
+                return;
+            }
+        };
+        let outcome = self.run_agent_loop(t, summaries, record, report, &mut ws, candidates);
+        if (outcome.is_err() || !report.state.is_success()) && self.keep_workspace && !report.interrupted {
+            report.kept_workspace = Some(ws.keep());
+        }
+    }
+
+    /// The iterations of one task inside its workspace; fills `report`.
+    fn run_agent_loop(
+        &self,
+        t: &PlannedTask,
+        summaries: &[(String, String)],
+        record: &Path,
+        report: &mut TaskReport,
+        ws: &mut Workspace,
+        mut candidates: Vec<Agent>,
+    ) -> Result<(), ()> {
+        let project = &self.plan.project;
+        let name = t.task.name.as_str();
+        let base_env = invoke::environment(&[], &[]);
+
+        // Setup commands.
+        for cmd in &project.config.setup {
+            self.phase(name, "setup", 0, cmd.clone());
+            let r = self.shell(ws, cmd, &base_env, Some(accept::DEFAULT_TIMEOUT), &record.join("setup.log"));
+            match r {
+                Ok(f) if f.success() => {}
+                Ok(f) => {
+                    report.state = TaskState::Failed;
+                    report.reason = Some(format!("setup command `{cmd}` failed: {}", f.describe()));
+                    report.tail = f.tail;
+                    report.interrupted = f.outcome == Outcome::Cancelled;
+                    return Err(());
+                }
+                Err(e) => {
+                    report.state = TaskState::Failed;
+                    report.reason = Some(format!("setup command `{cmd}` could not run: {e}"));
+                    return Err(());
+                }
+            }
+        }
+
+        // Standing instructions, under the name the agent reads.
+        if let Some(instr) = &project.config.instructions {
+            let file = instructions_name(&candidates[0].inv.name);
+            if !project.root.join(file).exists()
+                && let Ok(bytes) = std::fs::read(project.root.join(&instr.value))
+            {
+                let _ = ws.place(file, &bytes);
+            }
+        }
+
+        let tests = project.test_commands();
+        let instructions = project.instruction_files();
+        let acceptance: Vec<String> = t.task.acceptance.iter().map(|a| a.run.value.clone()).collect();
+        let base_prompt =
+            self.plan.prompt_parts(t, &tests, &instructions, &acceptance, summaries).render(&self.plan.template);
+        let read_only = t.task.kind.is_read_only() || t.sandbox == crate::spec::SandboxLevel::ReadOnly;
+
+        let mut feedback: Option<String> = None;
+        let mut resumed = false;
+        let mut iteration: u32 = 1;
+        let last_changes: ChangeSet;
+        loop {
+            if self.cancel.is_cancelled() {
+                report.state = TaskState::Failed;
+                report.reason = Some("interrupted".into());
+                report.interrupted = true;
+                return Err(());
+            }
+            let attempt = report.attempts + 1;
+            let mut prompt = base_prompt.clone();
+            if let Some(f) = &feedback {
+                prompt.push_str("\n# Review feedback\n");
+                prompt.push_str(f);
+                if !prompt.ends_with('\n') {
+                    prompt.push('\n');
+                }
+            }
+            let prompt_file = ws.base().join(format!("prompt-{attempt}.md"));
+            let result_file = ws.base().join(format!("result-{attempt}.json"));
+            let transcript = record.join(format!("transcript-{attempt}.log"));
+            let _ = std::fs::remove_file(&result_file);
+            if let Err(e) = std::fs::write(&prompt_file, &prompt) {
+                report.state = TaskState::Failed;
+                report.reason = Some(format!("cannot write the prompt: {e}"));
+                return Err(());
+            }
+            let _ = std::fs::write(record.join(format!("prompt-{attempt}.md")), self.redactor.redact(&prompt));
+
+            let agent = &candidates[0];
+            report.agent = agent.inv.name.clone();
+            self.phase(name, "agent", attempt, agent.inv.name.clone());
+            let argv = invoke::fill_argv(
+                &agent.inv.argv,
+                &Placeholders { prompt: &prompt, prompt_file: &prompt_file, workdir: &ws.dir, task: name },
+            );
+            let mut extra: Vec<(String, OsString)> = vec![
+                ("CASSIST_TASK".into(), name.into()),
+                ("CASSIST_ATTEMPT".into(), attempt.to_string().into()),
+                ("CASSIST_PART".into(), OsString::new()),
+                ("CASSIST_PROMPT_FILE".into(), prompt_file.clone().into()),
+                ("CASSIST_RESULT_FILE".into(), result_file.clone().into()),
+            ];
+            if agent.inv.name == "claude" {
+                extra.push(("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()));
+            }
+            let env = invoke::environment(&agent.inv.pass_env, &extra);
+            let finished = match ws.wrap(argv).and_then(|argv| {
+                let mut cmd = process::Command::new(argv, ws.dir.clone());
+                cmd.env = env;
+                cmd.stdin = agent.inv.stdin_prompt.then(|| prompt.clone().into_bytes());
+                cmd.timeout = Some(t.timeout);
+                cmd.transcript = Some(transcript.clone());
+                process::run(&cmd, self.redactor, &self.cancel)
+            }) {
+                Ok(f) => f,
+                Err(e) => {
+                    report.state = TaskState::Failed;
+                    report.reason = Some(format!("cannot start agent `{}`: {e}", agent.inv.name));
+                    return Err(());
+                }
+            };
+            report.attempts += 1;
+            report.transcript = Some(transcript.clone());
+            let _ = std::fs::copy(&result_file, record.join(format!("result-{attempt}.json")));
+
+            match finished.outcome {
+                Outcome::Cancelled => {
+                    report.state = TaskState::Failed;
+                    report.reason = Some("interrupted".into());
+                    report.interrupted = true;
+                    return Err(());
+                }
+                Outcome::TimedOut => {
+                    report.state = TaskState::Failed;
+                    report.reason = Some(format!("agent `{}` {}", agent.inv.name, finished.describe()));
+                    report.tail = finished.tail;
+                    return Err(());
+                }
+                Outcome::Signaled(9) | Outcome::Exited(137) => {
+                    report.state = TaskState::Failed;
+                    report.reason = Some(format!("agent `{}` was killed ({})", agent.inv.name, finished.describe()));
+                    report.tail = finished.tail;
+                    return Err(());
+                }
+                Outcome::Exited(crate::sandbox::NOT_FOUND) if finished.tail.contains("cassist: cannot run") => {
+                    // It failed to start: the next agent of the chain, if any.
+                    let gone = candidates.remove(0);
+                    report.attempts -= 1;
+                    if candidates.is_empty() {
+                        report.state = TaskState::Failed;
+                        report.reason = Some(format!(
+                            "sub-agent unavailable: `{}` could not be started ({}); install it or choose another agent",
+                            gone.inv.name,
+                            finished.tail.trim()
+                        ));
+                        return Err(());
+                    }
+                    (self.events)(Event::Note {
+                        task: name,
+                        message: format!("`{}` could not start; trying `{}`", gone.inv.name, candidates[0].inv.name),
+                    });
+                    continue;
+                }
+                _ => {}
+            }
+
+            // The agent's own report.
+            let agent_report = read_result_file(&result_file);
+            if let Some(Err(reason)) = &agent_report {
+                report.state = TaskState::Blocked;
+                report.reason = Some(format!("the agent reported that it cannot do the task: {reason}"));
+                return Err(());
+            }
+            let summary = match &agent_report {
+                Some(Ok(Some(s))) => Some(s.clone()),
+                _ => last_message(&finished.tail),
+            };
+            report.summary = summary.map(|s| self.redactor.redact(&s));
+
+            if !finished.success() {
+                let why = format!("the agent exited with {}", finished.describe());
+                if iteration >= t.max_iterations {
+                    report.state = TaskState::Failed;
+                    report.reason = Some(why);
+                    report.tail = finished.tail;
+                    return Err(());
+                }
+                feedback = Some(format!(
+                    "{why}. The end of its output:\n\n```\n{}\n```\n",
+                    tail_lines(&finished.tail, FEEDBACK_LIMIT)
+                ));
+                iteration += 1;
+                continue;
+            }
+
+            // What changed.
+            self.phase(name, "review", attempt, "");
+            let changes = match ws.changes() {
+                Ok(c) => c,
+                Err(e) => {
+                    report.state = TaskState::Failed;
+                    report.reason = Some(format!("cannot read the workspace's changes: {e}"));
+                    return Err(());
+                }
+            };
+            report.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
+            if changes.is_empty() && agent_report.is_none() && t.task.kind == Kind::Code && !resumed {
+                resumed = true;
+                feedback = Some(
+                    "You stopped without changing any file and without a report. Continue the task: make the change, or report why it cannot be done.".into(),
+                );
+                (self.events)(Event::Note {
+                    task: name,
+                    message: "the agent changed nothing; resuming it once".into(),
+                });
+                continue;
+            }
+            let review = review::review(
+                &changes,
+                &ReviewInput {
+                    scope: &t.key.spec.scope,
+                    sandbox: t.sandbox,
+                    kind: t.task.kind,
+                    constraints: &t.task.constraints,
+                    project_has_tests: project_has_tests(&project.root),
+                },
+            );
+            let _ = std::fs::write(
+                record.join(format!("review-{attempt}.json")),
+                serde_json::to_vec_pretty(&review).unwrap_or_default(),
+            );
+            for w in review.findings.iter().filter(|f| f.severity == review::Severity::Warning) {
+                (self.events)(Event::Note { task: name, message: format!("review: {}", w.message) });
+            }
+            if review.rejected() {
+                let reason = review_reason(&review, read_only);
+                if iteration >= t.max_iterations {
+                    report.state = TaskState::Failed;
+                    report.reason = Some(reason);
+                    return Err(());
+                }
+                feedback = Some(review.feedback());
+                iteration += 1;
+                continue;
+            }
+
+            // Acceptance, then the project tests.
+            let mut results: Vec<AcceptanceResult> = Vec::new();
+            let mut failed: Option<AcceptanceResult> = None;
+            let commands: Vec<(String, Option<Duration>)> = t
+                .task
+                .acceptance
+                .iter()
+                .map(|a| (a.run.value.clone(), a.timeout))
+                .chain(if read_only { Vec::new() } else { tests.iter().map(|c| (c.clone(), None)).collect() })
+                .collect();
+            for (k, (cmd, timeout)) in commands.iter().enumerate() {
+                self.phase(name, "acceptance", attempt, cmd.clone());
+                let log = record.join(format!("acceptance-{attempt}-{}.log", k + 1));
+                let begun = Instant::now();
+                let f = match self.shell(ws, cmd, &base_env, Some(timeout.unwrap_or(accept::DEFAULT_TIMEOUT)), &log) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        report.state = TaskState::Failed;
+                        report.reason = Some(format!("acceptance command `{cmd}` could not run: {e}"));
+                        return Err(());
+                    }
+                };
+                if f.outcome == Outcome::Cancelled {
+                    report.state = TaskState::Failed;
+                    report.reason = Some("interrupted".into());
+                    report.interrupted = true;
+                    return Err(());
+                }
+                let result = AcceptanceResult {
+                    command: cmd.clone(),
+                    exit_code: match f.outcome {
+                        Outcome::Exited(c) => Some(c),
+                        _ => None,
+                    },
+                    passed: f.success(),
+                    duration_ms: begun.elapsed().as_millis() as u64,
+                    counts: accept::parse_counts(&f.tail),
+                    timed_out: f.outcome == Outcome::TimedOut,
+                    tail: f.tail.clone(),
+                };
+                let ok = result.passed;
+                results.push(result.clone());
+                if !ok {
+                    failed = Some(result);
+                    break;
+                }
+            }
+            report.acceptance = results
+                .iter()
+                .map(|r| AcceptanceJson { command: r.command.clone(), exit_code: r.exit_code, passed: r.passed })
+                .collect();
+            let _ = std::fs::write(
+                record.join(format!("acceptance-{attempt}.json")),
+                serde_json::to_vec_pretty(&results).unwrap_or_default(),
+            );
+            if let Some(f) = failed {
+                let reason = format!(
+                    "acceptance command `{}` failed ({})",
+                    f.command,
+                    match (f.timed_out, f.exit_code) {
+                        (true, _) => "timed out".to_owned(),
+                        (false, Some(c)) => format!("exit code {c}"),
+                        (false, None) => "killed".to_owned(),
+                    }
+                );
+                if iteration >= t.max_iterations {
+                    report.state = TaskState::Failed;
+                    report.reason =
+                        Some(format!("{reason} after {iteration} iteration{}", if iteration == 1 { "" } else { "s" }));
+                    report.tail = f.tail.clone();
+                    return Err(());
+                }
+                feedback = Some(accept::feedback(&f, FEEDBACK_LIMIT));
+                iteration += 1;
+                continue;
+            }
+            last_changes = changes;
+            break;
+        }
+
+        // Record the patch, then integrate it.
+        let diff = unified_diff(&last_changes);
+        let _ = std::fs::write(record.join("patch.diff"), self.redactor.redact(&diff));
+        if !last_changes.is_empty() {
+            self.phase(name, "integrate", report.attempts, format!("{} file(s)", last_changes.changes.len()));
+            let integrated = match ws.integrate(&last_changes) {
+                Ok(i) => i,
+                Err(IntegrateError::Conflict(files)) => {
+                    report.state = TaskState::Failed;
+                    report.reason = Some(format!(
+                        "conflict: {} changed in the project while the task ran; nothing was integrated (the patch is in {})",
+                        files.join(", "),
+                        record.join("patch.diff").display()
+                    ));
+                    return Err(());
+                }
+                Err(e) => {
+                    report.state = TaskState::Failed;
+                    report.reason = Some(format!("{e}; nothing was integrated"));
+                    return Err(());
+                }
+            };
+            for cmd in &project.config.build {
+                self.phase(name, "build", report.attempts, cmd.clone());
+                let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), cmd.into()];
+                let mut c = process::Command::new(argv, project.root.clone());
+                c.env = base_env.clone();
+                c.transcript = Some(record.join("build.log"));
+                c.timeout = Some(accept::DEFAULT_TIMEOUT);
+                let ok = process::run(&c, self.redactor, &self.cancel);
+                let failed = match &ok {
+                    Ok(f) if f.success() => None,
+                    Ok(f) => Some((f.describe(), f.tail.clone())),
+                    Err(e) => Some((e.to_string(), String::new())),
+                };
+                if let Some((why, tail)) = failed {
+                    crate::workspace::rollback(&project.root, &integrated);
+                    report.state = TaskState::Failed;
+                    report.reason = Some(format!(
+                        "build command `{cmd}` failed after integration ({why}); the change was taken back out"
+                    ));
+                    report.tail = tail;
+                    return Err(());
+                }
+            }
+        }
+        report.state = TaskState::Passed;
+        Ok(())
+    }
+
+    /// `sh -c cmd` inside the workspace.
+    fn shell(
+        &self,
+        ws: &Workspace,
+        cmd: &str,
+        env: &[(OsString, OsString)],
+        timeout: Option<Duration>,
+        log: &Path,
+    ) -> std::io::Result<process::Finished> {
+        let argv = ws.wrap(vec!["sh".into(), "-c".into(), cmd.into()])?;
+        let mut c = process::Command::new(argv, ws.dir.clone());
+        c.env = env.to_vec();
+        c.timeout = timeout;
+        c.transcript = Some(log.to_path_buf());
+        process::run(&c, self.redactor, &self.cancel)
+    }
+}
+
+fn describe_missing(name: &str, inv: &Invocation) -> String {
+    let program = inv.argv.first().map(String::as_str).unwrap_or("");
+    match crate::agent::builtin_program(name) {
+        Some((_, hint)) => format!("`{name}` is not installed (`{program}` is not on PATH; {hint})"),
+        None => format!("custom agent `{name}`: `{program}` was not found (check its `command` in cassist.kdl)"),
+    }
+}
+
+/// The file an agent reads its standing instructions from (SPEC 2).
+pub fn instructions_name(agent: &str) -> &'static str {
+    match agent {
+        "claude" => "CLAUDE.md",
+        "gemini" => "GEMINI.md",
+        _ => "AGENTS.md",
+    }
+}
+
+/// The agent's result report: `None` when absent or unreadable,
+/// `Some(Ok(summary))` on success, `Some(Err(reason))` on reported failure.
+fn read_result_file(path: &Path) -> Option<Result<Option<String>, String>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    match v.get("success").and_then(|s| s.as_bool()) {
+        Some(true) => Some(Ok(v.get("summary").and_then(|s| s.as_str()).map(str::to_owned))),
+        Some(false) => Some(Err(v
+            .get("reason")
+            .and_then(|s| s.as_str())
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or("no reason given")
+            .to_owned())),
+        None => None,
+    }
+}
+
+/// The agent's last words: the end of its output.
+fn last_message(tail: &str) -> Option<String> {
+    let t = tail.trim();
+    if t.is_empty() {
+        return None;
+    }
+    let start = t.len().saturating_sub(SUMMARY_LIMIT);
+    let start = (start..t.len()).find(|&i| t.is_char_boundary(i)).unwrap_or(t.len());
+    Some(t[start..].to_owned())
+}
+
+fn truncate_chars(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(n.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// At most `limit` bytes of the end of `text`, starting at a line.
+pub fn tail_lines(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.trim_end().to_owned();
+    }
+    let start = text.len() - limit;
+    let start = text[start..].find('\n').map_or(start, |p| start + p + 1);
+    let start = (start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+    text[start..].trim_end().to_owned()
+}
+
+fn review_reason(review: &Review, read_only: bool) -> String {
+    let first = review.findings.iter().find(|f| f.severity == review::Severity::Reject);
+    let prefix = if review.security_issue() {
+        "rejected as a security issue"
+    } else if read_only {
+        "rejected: a read-only task changed files"
+    } else {
+        "rejected by review"
+    };
+    match first {
+        Some(f) => format!("{prefix}: {}", f.message),
+        None => prefix.to_owned(),
+    }
+}
+
+fn project_has_tests(root: &Path) -> bool {
+    crate::workspace::project_files(root).iter().any(|(p, _)| review::looks_like_test_path(p))
+}
