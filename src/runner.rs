@@ -330,6 +330,26 @@ impl Runner<'_> {
                 process::run(&cmd, self.redactor, &self.cancel)
             }) {
                 Ok(f) => f,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotFound || e.kind() == std::io::ErrorKind::PermissionDenied =>
+                {
+                    // Copy mode starts the agent directly: it failed to
+                    // start, so the next agent of the chain, if any.
+                    let gone = candidates.remove(0);
+                    if candidates.is_empty() {
+                        report.state = TaskState::Failed;
+                        report.reason = Some(format!(
+                            "sub-agent unavailable: `{}` could not be started ({e}); install it or choose another agent",
+                            gone.inv.name
+                        ));
+                        return Err(());
+                    }
+                    (self.events)(Event::Note {
+                        task: name,
+                        message: format!("`{}` could not start; trying `{}`", gone.inv.name, candidates[0].inv.name),
+                    });
+                    continue;
+                }
                 Err(e) => {
                     report.state = TaskState::Failed;
                     report.reason = Some(format!("cannot start agent `{}`: {e}", agent.inv.name));
@@ -690,5 +710,6 @@ fn review_reason(review: &Review, read_only: bool) -> String {
 }
 
 fn project_has_tests(root: &Path) -> bool {
-    crate::workspace::project_files(root).iter().any(|(p, _)| review::looks_like_test_path(p))
+    let files = crate::workspace::project_files(root);
+    review::has_tests(files.iter().map(|(p, _)| p.as_str()))
 }
