@@ -154,6 +154,7 @@ impl Workspace {
     /// Makes a workspace for `root` under `parent` (a folder outside the
     /// project: overlayfs refuses an upper dir inside its lower dir).
     pub fn create(root: &Path, parent: &Path, mode: Mode, name: &str) -> std::io::Result<Workspace> {
+        let root = &root.canonicalize()?;
         std::fs::create_dir_all(parent)?;
         let base = tempfile::Builder::new().prefix(&format!("{}-", sanitize(name))).tempdir_in(parent)?.keep();
         let root_owned = root.to_path_buf();
