@@ -88,7 +88,7 @@ pub enum Command {
     },
     /// Internal: check that copy-on-write workspaces work here.
     #[command(name = "__sandbox-probe", hide = true)]
-    SandboxProbe { dir: PathBuf },
+    SandboxProbe { dir: PathBuf, lower: Option<PathBuf> },
 }
 
 /// `cassist run`.

@@ -65,7 +65,7 @@ pub fn main_entry() -> i32 {
         cli::Command::SandboxExec { lower, upper, work, cwd, argv } => {
             sandbox::exec(&sandbox::ExecSpec { lower, upper, work, cwd, argv })
         }
-        cli::Command::SandboxProbe { dir } => sandbox::probe(&dir),
+        cli::Command::SandboxProbe { dir, lower } => sandbox::probe(&dir, lower.as_deref()),
         _ => {}
     }
     let out = report::Output::new(cli.color, cli.quiet, cli.verbose);

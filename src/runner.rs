@@ -133,6 +133,8 @@ pub enum Event<'a> {
 /// Everything one task run needs.
 pub struct Runner<'a> {
     pub plan: &'a Plan,
+    /// The cassist binary (it runs the workspace wrapper).
+    pub exe: PathBuf,
     /// Where workspaces are made (outside the project).
     pub workspaces: PathBuf,
     pub mode: Mode,
@@ -206,7 +208,7 @@ impl Runner<'_> {
 
         // The workspace.
         self.phase(name, "workspace", 0, self.mode.as_str());
-        let mut ws = match Workspace::create(&project.root, &self.workspaces, self.mode, name) {
+        let mut ws = match Workspace::create(&self.exe, &project.root, &self.workspaces, self.mode, name) {
             Ok(ws) => ws,
             Err(e) => {
                 report.state = TaskState::Failed;

@@ -149,6 +149,15 @@ pub fn exec(spec: &ExecSpec) -> ! {
         eprintln!("cassist: {e}");
         std::process::exit(SETUP_FAILED);
     }
+    // The init tells through this pipe which signal ended the command:
+    // its own exit can only be a code.
+    let (read_end, write_end) = match nix::unistd::pipe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cassist: cannot start the workspace: {e}");
+            std::process::exit(SETUP_FAILED);
+        }
+    };
     // SAFETY: this process is single-threaded (a fresh re-exec of cassist).
     match unsafe { fork() } {
         Err(e) => {
@@ -156,27 +165,51 @@ pub fn exec(spec: &ExecSpec) -> ! {
             std::process::exit(SETUP_FAILED);
         }
         Ok(ForkResult::Parent { child }) => {
+            drop(write_end);
             forward_signals_to(child);
             loop {
                 match waitpid(child, None) {
-                    Ok(status @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => exit_like(status),
+                    Ok(status @ WaitStatus::Signaled(..)) => exit_like(status),
+                    Ok(status @ WaitStatus::Exited(..)) => {
+                        let mut buf = [0u8; 1];
+                        if let Ok(1) = nix::unistd::read(&read_end, &mut buf)
+                            && let Ok(sig) = Signal::try_from(buf[0] as i32)
+                        {
+                            exit_like(WaitStatus::Signaled(child, sig, false));
+                        }
+                        exit_like(status)
+                    }
                     Ok(_) => continue,
                     Err(nix::errno::Errno::EINTR) => continue,
                     Err(_) => std::process::exit(SETUP_FAILED),
                 }
             }
         }
-        Ok(ForkResult::Child) => init(spec),
+        Ok(ForkResult::Child) => {
+            drop(read_end);
+            init(spec, write_end)
+        }
     }
 }
 
-/// PID 1 of the namespace.
-fn init(spec: &ExecSpec) -> ! {
+/// PID 1 of the namespace. `report` receives the signal that ended the
+/// command, if one did.
+fn init(spec: &ExecSpec, report: std::os::fd::OwnedFd) -> ! {
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     if let Err(e) = mount_overlay(&spec.lower, &spec.upper, &spec.work) {
         eprintln!("cassist: {e}");
         std::process::exit(SETUP_FAILED);
     }
+    // A /proc of this PID namespace: the command sees its own processes
+    // only, not cassist's or the machine's (nor their environments).
+    // Where /proc cannot be mounted (some containers), the old one stays.
+    let _ = mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    );
     if let Err(e) = nix::unistd::chdir(&spec.cwd) {
         eprintln!("cassist: cannot enter {}: {e}", spec.cwd.display());
         std::process::exit(SETUP_FAILED);
@@ -217,7 +250,10 @@ fn init(spec: &ExecSpec) -> ! {
                         // the namespace.
                         match status {
                             WaitStatus::Exited(_, code) => std::process::exit(code),
-                            WaitStatus::Signaled(_, sig, _) => std::process::exit(128 + sig as i32),
+                            WaitStatus::Signaled(_, sig, _) => {
+                                let _ = nix::unistd::write(&report, &[sig as i32 as u8]);
+                                std::process::exit(128 + sig as i32)
+                            }
                             _ => std::process::exit(SETUP_FAILED),
                         }
                     }
@@ -229,10 +265,13 @@ fn init(spec: &ExecSpec) -> ! {
     }
 }
 
-/// `cassist __sandbox-probe DIR`: mounts a throw-away overlay under DIR in
-/// new namespaces; exit 0 when copy-on-write workspaces work here.
-pub fn probe(dir: &Path) -> ! {
-    let (lower, upper, work) = (dir.join("lower"), dir.join("upper"), dir.join("work"));
+/// `cassist __sandbox-probe DIR [LOWER]`: mounts a throw-away overlay in new
+/// namespaces, with upper and work dirs under DIR over LOWER (the project:
+/// its filesystem must support being a lower dir); exit 0 when
+/// copy-on-write workspaces work here.
+pub fn probe(dir: &Path, lower: Option<&Path>) -> ! {
+    let lower = lower.map_or_else(|| dir.join("lower"), Path::to_path_buf);
+    let (upper, work) = (dir.join("upper"), dir.join("work"));
     for d in [&lower, &upper, &work] {
         if std::fs::create_dir_all(d).is_err() {
             std::process::exit(1);

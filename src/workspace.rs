@@ -35,25 +35,29 @@ impl Mode {
     }
 }
 
-/// The mode this machine supports, probed once per process. `CASSIST_WORKSPACE=copy`
-/// forces the copy mode. The second value says why overlay is not used.
-pub fn detect_mode(root: &Path) -> (Mode, Option<String>) {
+/// The mode this machine supports for `root`, probed once per process by
+/// mounting a throw-away overlay over the project with its upper dir under
+/// `parent` (so both filesystems are tried), through the cassist binary
+/// `exe`. `CASSIST_WORKSPACE=copy` forces the copy mode. The second value
+/// says why overlay is not used.
+pub fn detect_mode(exe: &Path, root: &Path, parent: &Path) -> (Mode, Option<String>) {
     static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
     if std::env::var("CASSIST_WORKSPACE").is_ok_and(|v| v == "copy") {
         return (Mode::Copy, None);
     }
-    if !crate::sandbox::overlay_safe(root) {
+    if !crate::sandbox::overlay_safe(root) || !crate::sandbox::overlay_safe(parent) {
         return (
             Mode::Copy,
-            Some(format!("the project path {} holds `,` or `:`, which overlayfs cannot mount", root.display())),
+            Some(format!("the path {} holds `,` or `:`, which overlayfs cannot mount", root.display())),
         );
     }
     let probe = PROBE.get_or_init(|| {
-        let dir = tempfile::Builder::new().prefix("cassist-probe-").tempdir().map_err(|e| e.to_string())?;
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        let dir = tempfile::Builder::new().prefix("probe-").tempdir_in(parent).map_err(|e| e.to_string())?;
         let out = std::process::Command::new(exe)
             .arg("__sandbox-probe")
             .arg(dir.path())
+            .arg(root)
             .stdin(std::process::Stdio::null())
             .output()
             .map_err(|e| e.to_string())?;
@@ -75,6 +79,9 @@ pub fn detect_mode(root: &Path) -> (Mode, Option<String>) {
 pub struct Stamp {
     pub size: u64,
     pub mtime_ns: i128,
+    /// Nothing sets the ctime back: an edit that keeps size and mtime
+    /// (`cp -p`, `touch -r`) still changes it.
+    pub ctime_ns: i128,
     pub ino: u64,
     pub mode: u32,
 }
@@ -84,6 +91,7 @@ impl Stamp {
         Stamp {
             size: m.size(),
             mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+            ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
             ino: m.ino(),
             mode: m.mode(),
         }
@@ -132,6 +140,8 @@ fn manifest_of(root: &Path) -> Manifest {
 /// One task's workspace.
 pub struct Workspace {
     pub mode: Mode,
+    /// The cassist binary that runs the namespace wrapper.
+    exe: PathBuf,
     /// The user's project (canonical).
     pub root: PathBuf,
     /// Where commands run: the project path itself (overlay) or the copy.
@@ -153,21 +163,28 @@ pub struct Workspace {
 impl Workspace {
     /// Makes a workspace for `root` under `parent` (a folder outside the
     /// project: overlayfs refuses an upper dir inside its lower dir).
-    pub fn create(root: &Path, parent: &Path, mode: Mode, name: &str) -> std::io::Result<Workspace> {
+    pub fn create(exe: &Path, root: &Path, parent: &Path, mode: Mode, name: &str) -> std::io::Result<Workspace> {
         let root = &root.canonicalize()?;
         std::fs::create_dir_all(parent)?;
         let base = tempfile::Builder::new().prefix(&format!("{}-", sanitize(name))).tempdir_in(parent)?.keep();
         let root_owned = root.to_path_buf();
-        let manifest = std::thread::spawn(move || manifest_of(&root_owned));
+        // Overlay: the manifest is read while the task starts. Copy: before
+        // copying, so that an edit made during the copy is a conflict later
+        // rather than the starting state.
+        let (manifest, manifest_done) = match mode {
+            Mode::Overlay => (Some(std::thread::spawn(move || manifest_of(&root_owned))), None),
+            Mode::Copy => (None, Some(manifest_of(&root_owned))),
+        };
         let mut ws = Workspace {
+            exe: exe.to_path_buf(),
             mode,
             root: root.to_path_buf(),
             dir: root.to_path_buf(),
             upper: base.join("upper"),
             work: base.join("work"),
             base,
-            manifest: Some(manifest),
-            manifest_done: None,
+            manifest,
+            manifest_done,
             copied: HashMap::new(),
             placed: Vec::new(),
             keep: false,
@@ -198,7 +215,7 @@ impl Workspace {
         match self.mode {
             Mode::Copy => Ok(argv),
             Mode::Overlay => {
-                let exe = std::env::current_exe()?;
+                let exe = self.exe.clone();
                 let spec = ExecSpec {
                     lower: self.root.clone(),
                     upper: self.upper.clone(),
@@ -245,10 +262,18 @@ impl Workspace {
             Mode::Overlay => self.overlay_changes(&mut raw)?,
             Mode::Copy => self.copy_changes(&mut raw)?,
         }
-        let ignore = IgnoreCheck::new(&self.root);
+        // .gitignore files as the agent left them: the workspace's first.
+        let layers: Vec<PathBuf> = match self.mode {
+            Mode::Overlay => vec![self.upper.clone(), self.root.clone()],
+            Mode::Copy => vec![self.dir.clone()],
+        };
+        let ignore = IgnoreCheck::new(&self.root, layers);
         raw.retain(|path, _| {
             let top = path.split('/').next().unwrap_or("");
-            top != ".git" && top != ".cassist" && !self.placed.contains(path) && !ignore.ignored(path)
+            top != ".cassist"
+                && !path.split('/').any(|c| c == ".git")
+                && !self.placed.contains(path)
+                && !ignore.ignored(path)
         });
         Ok(ChangeSet { changes: detect_renames(raw.into_values().collect()) })
     }
@@ -292,6 +317,12 @@ impl Workspace {
                 } else if ft.is_file() || ft.is_symlink() {
                     let new = read_entry(&path, &meta)?;
                     let lower = root.join(&rel);
+                    if lower.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+                        // A folder replaced by a file: its files are gone.
+                        for (p, _) in files_below(&lower, &root) {
+                            out.insert(p.clone(), deleted(&root, &p));
+                        }
+                    }
                     match std::fs::symlink_metadata(&lower) {
                         Ok(lm) if lm.is_file() || lm.file_type().is_symlink() => {
                             let old = read_entry(&lower, &lm)?;
@@ -519,12 +550,30 @@ fn copy_project(root: &Path, to: &Path) -> std::io::Result<HashMap<String, [u8; 
 /// `.gitignore` rules of the project, asked path by path.
 struct IgnoreCheck {
     root: PathBuf,
+    /// Folders that hold the files, most recent first (an overlay's upper
+    /// dir, then the project); paths in them mirror the project's.
+    layers: Vec<PathBuf>,
     cache: std::cell::RefCell<HashMap<PathBuf, Option<ignore::gitignore::Gitignore>>>,
 }
 
 impl IgnoreCheck {
-    fn new(root: &Path) -> IgnoreCheck {
-        IgnoreCheck { root: root.to_path_buf(), cache: Default::default() }
+    fn new(root: &Path, layers: Vec<PathBuf>) -> IgnoreCheck {
+        IgnoreCheck { root: root.to_path_buf(), layers, cache: Default::default() }
+    }
+
+    /// The `.gitignore` of a project folder as the workspace sees it.
+    fn gitignore_file(&self, dir: &Path) -> Option<PathBuf> {
+        let rel = dir.strip_prefix(&self.root).ok()?;
+        for layer in &self.layers {
+            let f = layer.join(rel).join(".gitignore");
+            match std::fs::symlink_metadata(&f) {
+                Ok(m) if m.is_file() => return Some(f),
+                // A whiteout: deleted in the workspace.
+                Ok(m) if m.file_type().is_char_device() => return None,
+                _ => {}
+            }
+        }
+        None
     }
 
     fn matcher(&self, dir: &Path) -> Option<ignore::gitignore::Gitignore> {
@@ -532,10 +581,9 @@ impl IgnoreCheck {
         cache
             .entry(dir.to_path_buf())
             .or_insert_with(|| {
-                let file = dir.join(".gitignore");
                 let mut b = ignore::gitignore::GitignoreBuilder::new(dir);
                 let mut any = false;
-                if file.is_file() {
+                if let Some(file) = self.gitignore_file(dir) {
                     any |= b.add(&file).is_none();
                 }
                 if dir == self.root {
@@ -606,12 +654,37 @@ impl std::fmt::Display for IntegrateError {
 /// A failure half-way restores what was written.
 pub fn integrate(root: &Path, changes: &ChangeSet, manifest: &Manifest) -> Result<Integrated, IntegrateError> {
     let mut conflicts = Vec::new();
+    // Paths the change set removes (a folder may give way to a file).
+    let removed: std::collections::HashSet<&str> = changes
+        .changes
+        .iter()
+        .flat_map(|c| match &c.kind {
+            ChangeKind::Deleted => vec![c.path.as_str()],
+            ChangeKind::Renamed { from } => vec![from.as_str()],
+            _ => Vec::new(),
+        })
+        .collect();
     let check = |rel: &str, conflicts: &mut Vec<String>| {
-        let now = std::fs::symlink_metadata(root.join(rel)).ok().map(|m| Stamp::of(&m));
+        let now = std::fs::symlink_metadata(root.join(rel)).ok();
         let then = manifest.get(rel).copied();
         let same = match (now, then) {
             (None, None) => true,
-            (Some(a), Some(b)) => a.size == b.size && a.mtime_ns == b.mtime_ns && a.ino == b.ino,
+            // A folder the change replaces by a file: fine when every file
+            // it held at the start is removed by the change too.
+            (Some(m), None) if m.is_dir() => {
+                let prefix = format!("{rel}/");
+                let below: Vec<&String> = manifest.keys().filter(|k| k.starts_with(&prefix)).collect();
+                below.iter().all(|k| removed.contains(k.as_str()))
+                    && files_below(&root.join(rel), root).iter().all(|(p, _)| manifest.contains_key(p))
+            }
+            (Some(m), Some(b)) => {
+                let a = Stamp::of(&m);
+                !m.is_dir()
+                    && a.size == b.size
+                    && a.mtime_ns == b.mtime_ns
+                    && a.ctime_ns == b.ctime_ns
+                    && a.ino == b.ino
+            }
             _ => false,
         };
         if !same {
@@ -631,13 +704,18 @@ pub fn integrate(root: &Path, changes: &ChangeSet, manifest: &Manifest) -> Resul
     }
     let mut done = Integrated::default();
     let result = (|| -> std::io::Result<()> {
+        // Removals first (a folder may give way to a file), then writes.
         for c in &changes.changes {
             if let ChangeKind::Renamed { from } = &c.kind {
                 remove_file(root, from, &mut done)?;
             }
-            match &c.new {
-                Some(bytes) => write_file(root, &c.path, bytes, c.mode, &mut done)?,
-                None => remove_file(root, &c.path, &mut done)?,
+            if c.new.is_none() {
+                remove_file(root, &c.path, &mut done)?;
+            }
+        }
+        for c in &changes.changes {
+            if let Some(bytes) = &c.new {
+                write_file(root, &c.path, bytes, c.mode, &mut done)?;
             }
         }
         Ok(())
@@ -684,8 +762,20 @@ fn remove_file(root: &Path, rel: &str, done: &mut Integrated) -> std::io::Result
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
+    prune_empty_parents(root, &path);
     done.deleted.push(rel.to_owned());
     Ok(())
+}
+
+/// Removes the folders above `path` that are left empty, up to `root`.
+fn prune_empty_parents(root: &Path, path: &Path) {
+    let mut dir = path.parent();
+    while let Some(d) = dir {
+        if d == root || !d.starts_with(root) || std::fs::remove_dir(d).is_err() {
+            break;
+        }
+        dir = d.parent();
+    }
 }
 
 /// Puts back what [`integrate`] changed (after a failed write, or when the
@@ -708,6 +798,7 @@ pub fn rollback(root: &Path, done: &Integrated) {
             }
             None => {
                 let _ = std::fs::remove_file(&path);
+                prune_empty_parents(root, &path);
             }
         }
     }

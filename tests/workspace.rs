@@ -7,12 +7,8 @@
 //! [`both_modes!`]: `overlay::case` and `copy::case`. Overlay cases print why
 //! and return early where copy-on-write workspaces are unavailable.
 //!
-//! `Workspace::wrap` re-executes `std::env::current_exe()`, which here is this
-//! test binary, not cassist: [`argv_for`] swaps in the real binary.
-//!
-//! Cases marked `#[ignore = "BUG: ..."]` describe known bugs: they fail
-//! today (`cargo test --test workspace -- --ignored` shows them) and should
-//! pass once fixed.
+//! The workspace is given the real cassist binary to run its wrapper
+//! (`Workspace::create(CASSIST, ..)`).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -40,7 +36,8 @@ const CASSIST: &str = env!("CARGO_BIN_EXE_cassist");
 fn overlay_available() -> bool {
     static AVAILABLE: OnceLock<Result<(), String>> = OnceLock::new();
     let available = AVAILABLE.get_or_init(|| {
-        if let (Mode::Copy, why) = detect_mode(&std::env::temp_dir()) {
+        let tmp = std::env::temp_dir();
+        if let (Mode::Copy, why) = detect_mode(Path::new(CASSIST), &tmp, &tmp.join("cassist-test-ws")) {
             return Err(why.unwrap_or_else(|| "CASSIST_WORKSPACE=copy".into()));
         }
         let dir = tempfile::Builder::new().prefix("cassist-test-probe-").tempdir().map_err(|e| e.to_string())?;
@@ -174,7 +171,7 @@ impl Fixture {
     }
 
     fn workspace(&self, mode: Mode) -> Workspace {
-        Workspace::create(&self.root, &self.parent, mode, "task one").expect("create workspace")
+        Workspace::create(Path::new(CASSIST), &self.root, &self.parent, mode, "task one").expect("create workspace")
     }
 
     fn write(&self, rel: &str, bytes: &[u8]) {
@@ -807,7 +804,7 @@ fn symlinked_project_path(mode: Mode) {
     let f = Fixture::new();
     let link = f.parent.with_file_name("link-to-project");
     std::os::unix::fs::symlink(&f.root, &link).unwrap();
-    let mut ws = Workspace::create(&link, &f.parent, mode, "via link").unwrap();
+    let mut ws = Workspace::create(Path::new(CASSIST), &link, &f.parent, mode, "via link").unwrap();
     assert_eq!(ws.root, f.root, "the project path is canonical");
     run_ok(&ws, "echo 'pub fn more() {}' >> src/lib.rs; rm README.md");
     let cs = ws.changes().unwrap();
@@ -886,7 +883,6 @@ fn overlay_sigterm_is_forwarded() {
 /// works unprivileged here (`unshare -Urpm --fork --mount-proc ps -e` as
 /// nobody lists 3 processes).
 #[test]
-#[ignore = "GAP: the PID namespace shows the host's /proc (see doc comment)"]
 fn overlay_proc_shows_only_the_namespace() {
     if !overlay_available() {
         return;
@@ -921,7 +917,6 @@ fn copy_killed_by_signal() {
 /// 137". Fix: let the init report the signal to the wrapper (a pipe, or a
 /// status byte) and re-raise it in the wrapper.
 #[test]
-#[ignore = "BUG: overlay wrapper exits 128+N instead of ending by signal N (see doc comment)"]
 fn overlay_killed_by_signal() {
     if overlay_available() {
         killed_by_signal(Mode::Overlay);
@@ -963,13 +958,11 @@ fn folders_follow_the_files(mode: Mode) {
 /// package. Fix: after removing a file, remove its parents while empty (up
 /// to the root); in rollback, the same for files that did not exist.
 #[test]
-#[ignore = "BUG: integrate/rollback leave empty folders behind (see doc comment)"]
 fn copy_folders_follow_the_files() {
     folders_follow_the_files(Mode::Copy);
 }
 
 #[test]
-#[ignore = "BUG: integrate/rollback leave empty folders behind (see copy_folders_follow_the_files)"]
 fn overlay_folders_follow_the_files() {
     if overlay_available() {
         folders_follow_the_files(Mode::Overlay);
@@ -1004,13 +997,11 @@ fn folder_replaced_by_file(mode: Mode) {
 /// ignore folders that only hold deleted files in the check, and apply
 /// deletions before writes.
 #[test]
-#[ignore = "BUG: folder replaced by a file (see doc comment)"]
 fn copy_folder_replaced_by_file() {
     folder_replaced_by_file(Mode::Copy);
 }
 
 #[test]
-#[ignore = "BUG: folder replaced by a file (see copy_folder_replaced_by_file)"]
 fn overlay_folder_replaced_by_file() {
     if overlay_available() {
         folder_replaced_by_file(Mode::Overlay);
@@ -1044,7 +1035,6 @@ fn copy_agent_gitignore_applies() {
 /// dir's `.gitignore` files first (they shadow the project's), or read the
 /// merged view.
 #[test]
-#[ignore = "BUG: overlay ignores the agent's own .gitignore files (see doc comment)"]
 fn overlay_agent_gitignore_applies() {
     if overlay_available() {
         agent_gitignore_applies(Mode::Overlay);
@@ -1077,13 +1067,11 @@ fn conflict_with_mtime_kept(mode: Mode) {
 /// user-space call can set it back); `mode` is stamped but not compared
 /// either.
 #[test]
-#[ignore = "BUG: conflict check misses a same-size edit with the mtime kept (see doc comment)"]
 fn copy_conflict_with_mtime_kept() {
     conflict_with_mtime_kept(Mode::Copy);
 }
 
 #[test]
-#[ignore = "BUG: conflict check misses a same-size edit with the mtime kept (see copy_conflict_with_mtime_kept)"]
 fn overlay_conflict_with_mtime_kept() {
     if overlay_available() {
         conflict_with_mtime_kept(Mode::Overlay);
@@ -1100,7 +1088,8 @@ fn overlay_conflict_with_mtime_kept() {
 #[test]
 fn detect_mode_env_forces_copy() {
     if std::env::var("CASSIST_WORKSPACE").is_ok_and(|v| v == "copy") {
-        assert_eq!(detect_mode(&std::env::temp_dir()), (Mode::Copy, None));
+        let tmp = std::env::temp_dir();
+        assert_eq!(detect_mode(Path::new(CASSIST), &tmp, &tmp), (Mode::Copy, None));
         return;
     }
     let out = Command::new(std::env::current_exe().unwrap())
@@ -1116,7 +1105,7 @@ fn detect_mode_env_forces_copy() {
 #[test]
 fn detect_mode_refuses_unmountable_paths() {
     for name in ["a,b", "a:b"] {
-        let (mode, why) = detect_mode(&Path::new("/tmp").join(name));
+        let (mode, why) = detect_mode(Path::new(CASSIST), &Path::new("/tmp").join(name), Path::new("/tmp"));
         assert_eq!(mode, Mode::Copy, "{name}");
         assert!(why.unwrap().contains(name), "{name}: the reason names the path");
     }
@@ -1210,7 +1199,7 @@ fn bench_workspace_setup() {
         // One warm-up run, not counted.
         for i in 0..=runs {
             let t0 = Instant::now();
-            let mut ws = Workspace::create(&repo, parent.path(), mode, "bench").unwrap();
+            let mut ws = Workspace::create(Path::new(CASSIST), &repo, parent.path(), mode, "bench").unwrap();
             let argv = {
                 let mut argv = ws.wrap(vec!["true".into()]).unwrap();
                 if Path::new(&argv[0]) == std::env::current_exe().unwrap() {

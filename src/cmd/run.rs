@@ -56,7 +56,15 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
     let cancel = Cancel::default();
     let interrupts = install_ctrl_c(cancel.clone());
 
-    let (mode, why) = detect_mode(&plan.project.root);
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: cannot find the cassist binary: {e}");
+            return exit::TASK_FAILED;
+        }
+    };
+    let workspaces = workspaces_dir(&plan.project.root);
+    let (mode, why) = detect_mode(&exe, &plan.project.root, &workspaces);
     if let Some(why) = why {
         eprintln!(
             "note: copy-on-write workspaces are unavailable here ({why}); each task works on a copy of the project instead"
@@ -68,7 +76,6 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
         eprintln!("error: cannot create {}: {e}", run_dir.display());
         return exit::TASK_FAILED;
     }
-    let workspaces = workspaces_dir(&plan.project.root);
     let redactor = Redactor::from_env();
     let total = selected.len();
     let done = AtomicUsize::new(0);
@@ -88,6 +95,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
     };
     let runner = Runner {
         plan: &plan,
+        exe,
         workspaces,
         mode,
         run_dir: run_dir.clone(),
