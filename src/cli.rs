@@ -75,14 +75,19 @@ pub enum Command {
     /// Internal: run a command inside a copy-on-write workspace.
     #[command(name = "__sandbox-exec", hide = true)]
     SandboxExec {
+        #[arg(long, requires_all = ["upper", "work"])]
+        lower: Option<PathBuf>,
         #[arg(long)]
-        lower: PathBuf,
+        upper: Option<PathBuf>,
         #[arg(long)]
-        upper: PathBuf,
-        #[arg(long)]
-        work: PathBuf,
+        work: Option<PathBuf>,
         #[arg(long)]
         cwd: PathBuf,
+        /// Restrict writes with Landlock to the `--write` paths.
+        #[arg(long)]
+        landlock: bool,
+        #[arg(long = "write")]
+        write: Vec<PathBuf>,
         #[arg(last = true, required = true)]
         argv: Vec<std::ffi::OsString>,
     },

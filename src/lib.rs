@@ -62,8 +62,12 @@ pub fn main_entry() -> i32 {
     // The sandbox wrapper must stay single-threaded: handled before anything
     // else runs.
     match cli.command {
-        cli::Command::SandboxExec { lower, upper, work, cwd, argv } => {
-            sandbox::exec(&sandbox::ExecSpec { lower, upper, work, cwd, argv })
+        cli::Command::SandboxExec { lower, upper, work, cwd, landlock, write, argv } => {
+            let overlay = match (lower, upper, work) {
+                (Some(lower), Some(upper), Some(work)) => Some(sandbox::Overlay { lower, upper, work }),
+                _ => None,
+            };
+            sandbox::exec(&sandbox::ExecSpec { overlay, cwd, writable: landlock.then_some(write), argv })
         }
         cli::Command::SandboxProbe { dir, lower } => sandbox::probe(&dir, lower.as_deref()),
         _ => {}

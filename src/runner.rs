@@ -141,6 +141,8 @@ pub struct Runner<'a> {
     /// `.cassist/runs/<id>/`: records of this run.
     pub run_dir: PathBuf,
     pub keep_workspace: bool,
+    /// Whether Landlock can be used here (probed once by the caller).
+    pub landlock: bool,
     pub redactor: &'a Redactor,
     pub cancel: Cancel,
     pub events: &'a (dyn Fn(Event<'_>) + Sync),
@@ -294,8 +296,16 @@ impl Runner<'_> {
                     prompt.push('\n');
                 }
             }
-            let prompt_file = ws.base().join(format!("prompt-{attempt}.md"));
-            let result_file = ws.base().join(format!("result-{attempt}.json"));
+            let io = match ws.io_dir() {
+                Ok(d) => d,
+                Err(e) => {
+                    report.state = TaskState::Failed;
+                    report.reason = Some(format!("cannot prepare the workspace: {e}"));
+                    return Err(());
+                }
+            };
+            let prompt_file = io.join(format!("prompt-{attempt}.md"));
+            let result_file = io.join(format!("result-{attempt}.json"));
             let transcript = record.join(format!("transcript-{attempt}.log"));
             let _ = std::fs::remove_file(&result_file);
             if let Err(e) = std::fs::write(&prompt_file, &prompt) {
@@ -323,7 +333,8 @@ impl Runner<'_> {
                 extra.push(("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()));
             }
             let env = invoke::environment(&agent.inv.pass_env, &extra);
-            let finished = match ws.wrap(argv).and_then(|argv| {
+            let writable = self.writable_paths(t.sandbox, &ws.dir, &io, &agent.inv);
+            let finished = match ws.wrap_sandboxed(argv, writable).and_then(|argv| {
                 let mut cmd = process::Command::new(argv, ws.dir.clone());
                 cmd.env = env;
                 cmd.stdin = agent.inv.stdin_prompt.then(|| prompt.clone().into_bytes());
@@ -611,6 +622,44 @@ impl Runner<'_> {
         }
         report.state = TaskState::Passed;
         Ok(())
+    }
+
+    /// What the agent may write under Landlock (`None`: no Landlock, for
+    /// `full` or where the kernel lacks it): its workspace unless read-only,
+    /// its prompt/result folder, temp folders, `/dev`, and the agent's own
+    /// state folders (created first: a rule needs an existing path).
+    fn writable_paths(
+        &self,
+        level: crate::spec::SandboxLevel,
+        workspace: &Path,
+        io: &Path,
+        inv: &Invocation,
+    ) -> Option<Vec<PathBuf>> {
+        if level == crate::spec::SandboxLevel::Full || !self.landlock {
+            return None;
+        }
+        let mut paths = vec![
+            io.to_path_buf(),
+            PathBuf::from("/dev"),
+            PathBuf::from("/tmp"),
+            PathBuf::from("/var/tmp"),
+            PathBuf::from("/dev/shm"),
+        ];
+        if let Some(t) = std::env::var_os("TMPDIR") {
+            paths.push(PathBuf::from(t));
+        }
+        if level == crate::spec::SandboxLevel::WorkspaceWrite {
+            paths.push(workspace.to_path_buf());
+        }
+        if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+            for rel in crate::agent::state_dirs(&inv.name) {
+                let p = home.join(rel);
+                let _ = std::fs::create_dir_all(&p);
+                paths.push(p);
+            }
+        }
+        paths.retain(|p| p.exists());
+        Some(paths)
     }
 
     /// `sh -c cmd` inside the workspace.

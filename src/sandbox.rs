@@ -39,33 +39,107 @@ pub const NOT_FOUND: i32 = 127;
 /// What `__sandbox-exec` is asked to do.
 #[derive(Debug, Clone)]
 pub struct ExecSpec {
-    /// The project folder: the overlay's lower dir and its mount point.
+    /// The copy-on-write workspace to mount, if any (none in copy mode:
+    /// then only Landlock applies).
+    pub overlay: Option<Overlay>,
+    /// Where the command starts.
+    pub cwd: PathBuf,
+    /// With Landlock: the folders (and files) the command may write;
+    /// everything else is read-only. `None`: no Landlock.
+    pub writable: Option<Vec<PathBuf>>,
+    pub argv: Vec<OsString>,
+}
+
+/// An overlay over `lower` (the project folder, also the mount point).
+#[derive(Debug, Clone)]
+pub struct Overlay {
     pub lower: PathBuf,
     pub upper: PathBuf,
     pub work: PathBuf,
-    /// Where the command starts (inside `lower`).
-    pub cwd: PathBuf,
-    pub argv: Vec<OsString>,
 }
 
 impl ExecSpec {
     /// The arguments that make `cassist` run this spec.
     pub fn to_args(&self) -> Vec<OsString> {
-        let mut args: Vec<OsString> = vec![
-            "__sandbox-exec".into(),
-            "--lower".into(),
-            self.lower.clone().into(),
-            "--upper".into(),
-            self.upper.clone().into(),
-            "--work".into(),
-            self.work.clone().into(),
-            "--cwd".into(),
-            self.cwd.clone().into(),
-            "--".into(),
-        ];
+        let mut args: Vec<OsString> = vec!["__sandbox-exec".into()];
+        if let Some(o) = &self.overlay {
+            for (flag, path) in [("--lower", &o.lower), ("--upper", &o.upper), ("--work", &o.work)] {
+                args.push(flag.into());
+                args.push(path.clone().into());
+            }
+        }
+        args.push("--cwd".into());
+        args.push(self.cwd.clone().into());
+        if let Some(w) = &self.writable {
+            args.push("--landlock".into());
+            for p in w {
+                args.push("--write".into());
+                args.push(p.clone().into());
+            }
+        }
+        args.push("--".into());
         args.extend(self.argv.iter().cloned());
         args
     }
+}
+
+/// The Landlock ABI of the running kernel (0: not available).
+pub fn landlock_abi() -> i64 {
+    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    // only returns the ABI version.
+    let r = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, 1u32) };
+    if r < 0 { 0 } else { r }
+}
+
+/// Restricts this process (and what it executes): read everywhere, write
+/// only beneath `writable`. Returns whether the kernel enforced it.
+pub fn apply_landlock(writable: &[PathBuf]) -> Result<bool, String> {
+    use landlock::{
+        ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, path_beneath_rules,
+    };
+    let abi = ABI::V5;
+    let status = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))
+        .and_then(|r| r.create())
+        .and_then(|r| r.add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi))))
+        .and_then(|r| r.add_rules(path_beneath_rules(writable, AccessFs::from_all(abi))))
+        .and_then(|r| r.restrict_self())
+        .map_err(|e| format!("cannot apply the Landlock sandbox: {e}"))?;
+    Ok(status.ruleset != RulesetStatus::NotEnforced)
+}
+
+/// Applies Landlock for `spec` (if asked) and executes its command; never
+/// returns.
+fn exec_command(spec: &ExecSpec, argv: &[CString]) -> ! {
+    if let Some(w) = &spec.writable
+        && let Err(e) = apply_landlock(w)
+    {
+        eprintln!("cassist: {e}");
+        std::process::exit(SETUP_FAILED);
+    }
+    let err = nix::unistd::execvp(&argv[0], argv).err();
+    let name = spec.argv[0].to_string_lossy();
+    match err {
+        Some(nix::errno::Errno::ENOENT) => eprintln!("cassist: cannot run `{name}`: command not found"),
+        Some(e) => eprintln!("cassist: cannot run `{name}`: {e}"),
+        None => {}
+    }
+    std::process::exit(NOT_FOUND);
+}
+
+fn c_argv(spec: &ExecSpec) -> Vec<CString> {
+    let argv: Vec<CString> = match spec.argv.iter().map(|a| CString::new(a.as_bytes())).collect() {
+        Ok(v) => v,
+        Err(_) => {
+            eprintln!("cassist: a command argument holds a NUL byte");
+            std::process::exit(SETUP_FAILED);
+        }
+    };
+    if argv.is_empty() {
+        eprintln!("cassist: no command given");
+        std::process::exit(SETUP_FAILED);
+    }
+    argv
 }
 
 /// Whether a path can be named in overlayfs mount options (which use `,`
@@ -145,6 +219,15 @@ fn mount_overlay(lower: &Path, upper: &Path, work: &Path) -> Result<(), String> 
 
 /// `cassist __sandbox-exec`: never returns.
 pub fn exec(spec: &ExecSpec) -> ! {
+    let Some(overlay) = spec.overlay.clone() else {
+        // Copy mode: no namespaces, Landlock only.
+        let argv = c_argv(spec);
+        if let Err(e) = nix::unistd::chdir(&spec.cwd) {
+            eprintln!("cassist: cannot enter {}: {e}", spec.cwd.display());
+            std::process::exit(SETUP_FAILED);
+        }
+        exec_command(spec, &argv)
+    };
     if let Err(e) = enter_namespaces() {
         eprintln!("cassist: {e}");
         std::process::exit(SETUP_FAILED);
@@ -187,16 +270,16 @@ pub fn exec(spec: &ExecSpec) -> ! {
         }
         Ok(ForkResult::Child) => {
             drop(read_end);
-            init(spec, write_end)
+            init(spec, &overlay, write_end)
         }
     }
 }
 
 /// PID 1 of the namespace. `report` receives the signal that ended the
 /// command, if one did.
-fn init(spec: &ExecSpec, report: std::os::fd::OwnedFd) -> ! {
+fn init(spec: &ExecSpec, overlay: &Overlay, report: std::os::fd::OwnedFd) -> ! {
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
-    if let Err(e) = mount_overlay(&spec.lower, &spec.upper, &spec.work) {
+    if let Err(e) = mount_overlay(&overlay.lower, &overlay.upper, &overlay.work) {
         eprintln!("cassist: {e}");
         std::process::exit(SETUP_FAILED);
     }
@@ -214,33 +297,14 @@ fn init(spec: &ExecSpec, report: std::os::fd::OwnedFd) -> ! {
         eprintln!("cassist: cannot enter {}: {e}", spec.cwd.display());
         std::process::exit(SETUP_FAILED);
     }
-    let argv: Vec<CString> = match spec.argv.iter().map(|a| CString::new(a.as_bytes())).collect() {
-        Ok(v) => v,
-        Err(_) => {
-            eprintln!("cassist: a command argument holds a NUL byte");
-            std::process::exit(SETUP_FAILED);
-        }
-    };
-    if argv.is_empty() {
-        eprintln!("cassist: no command given");
-        std::process::exit(SETUP_FAILED);
-    }
+    let argv = c_argv(spec);
     // SAFETY: still single-threaded.
     match unsafe { fork() } {
         Err(e) => {
             eprintln!("cassist: cannot start the command: {e}");
             std::process::exit(SETUP_FAILED);
         }
-        Ok(ForkResult::Child) => {
-            let err = nix::unistd::execvp(&argv[0], &argv).err();
-            let name = spec.argv[0].to_string_lossy();
-            match err {
-                Some(nix::errno::Errno::ENOENT) => eprintln!("cassist: cannot run `{name}`: command not found"),
-                Some(e) => eprintln!("cassist: cannot run `{name}`: {e}"),
-                None => {}
-            }
-            std::process::exit(NOT_FOUND);
-        }
+        Ok(ForkResult::Child) => exec_command(spec, &argv),
         Ok(ForkResult::Parent { child }) => {
             forward_signals_to(child);
             loop {

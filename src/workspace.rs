@@ -212,22 +212,37 @@ impl Workspace {
     /// The argv that runs `argv` inside the workspace, starting in `cwd`
     /// (a folder of the workspace; defaults to its root).
     pub fn wrap(&self, argv: Vec<OsString>) -> std::io::Result<Vec<OsString>> {
-        match self.mode {
-            Mode::Copy => Ok(argv),
-            Mode::Overlay => {
-                let exe = self.exe.clone();
-                let spec = ExecSpec {
-                    lower: self.root.clone(),
-                    upper: self.upper.clone(),
-                    work: self.work.clone(),
-                    cwd: self.dir.clone(),
-                    argv,
-                };
-                let mut out = vec![exe.into_os_string()];
-                out.extend(spec.to_args());
-                Ok(out)
-            }
-        }
+        self.wrap_sandboxed(argv, None)
+    }
+
+    /// Like [`wrap`](Self::wrap), and with `writable`, Landlock lets the
+    /// command write only beneath those paths.
+    pub fn wrap_sandboxed(
+        &self,
+        argv: Vec<OsString>,
+        writable: Option<Vec<PathBuf>>,
+    ) -> std::io::Result<Vec<OsString>> {
+        let overlay = match self.mode {
+            Mode::Copy if writable.is_none() => return Ok(argv),
+            Mode::Copy => None,
+            Mode::Overlay => Some(crate::sandbox::Overlay {
+                lower: self.root.clone(),
+                upper: self.upper.clone(),
+                work: self.work.clone(),
+            }),
+        };
+        let spec = ExecSpec { overlay, cwd: self.dir.clone(), writable, argv };
+        let mut out = vec![self.exe.clone().into_os_string()];
+        out.extend(spec.to_args());
+        Ok(out)
+    }
+
+    /// A folder outside the project for the prompt and result files of the
+    /// agent: writable under every sandbox level, never part of the change.
+    pub fn io_dir(&self) -> std::io::Result<PathBuf> {
+        let dir = self.base.join("io");
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
     }
 
     /// Writes a file into the workspace (not the user's tree) that is not

@@ -61,6 +61,20 @@ pub fn version_of(program: &Path, timeout: Duration) -> Option<String> {
 
 pub mod invoke;
 
+/// Folders under `$HOME` an agent keeps its state in: left writable by the
+/// sandbox (a CLI denied its state dir fails in odd ways). `.cache` for
+/// every agent.
+pub fn state_dirs(name: &str) -> Vec<&'static str> {
+    let own: &[&str] = match name {
+        "claude" => &[".claude"],
+        "codex" => &[".codex"],
+        "gemini" => &[".gemini"],
+        "droid" => &[".factory"],
+        _ => &[],
+    };
+    own.iter().copied().chain([".cache"]).collect()
+}
+
 /// The command line and variables of a built-in agent (workspace-write
 /// mode; the full adapters map every sandbox level and parse the CLIs'
 /// JSON output).

@@ -76,6 +76,12 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
         eprintln!("error: cannot create {}: {e}", run_dir.display());
         return exit::TASK_FAILED;
     }
+    let landlock = crate::sandbox::landlock_abi() > 0;
+    if !landlock {
+        eprintln!(
+            "note: this kernel has no Landlock: sandbox levels rely on the agents' own flags and on the review of each change"
+        );
+    }
     let redactor = Redactor::from_env();
     let total = selected.len();
     let done = AtomicUsize::new(0);
@@ -100,6 +106,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
         mode,
         run_dir: run_dir.clone(),
         keep_workspace: args.keep_workspace,
+        landlock,
         redactor: &redactor,
         cancel: cancel.clone(),
         events: &events,
