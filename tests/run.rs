@@ -1,0 +1,1098 @@
+//! `cassist run` end to end (SPEC 3 and 5, issue 3): the real binary on
+//! small temporary projects, with the fake agents of `fixtures/agents/`.
+//!
+//! Each test writes a `cassist.kdl` whose custom agent runs one of those
+//! scripts by absolute path, runs `cassist run`, and checks what a user
+//! would see: the exit code, the `--report-json` document, the files of the
+//! project (and its git state), the records under `.cassist/`, and that no
+//! process of the agent is left behind.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Project;
+use serde_json::Value;
+
+// ---------------------------------------------------------------------------
+// Support
+
+/// A project, and a folder outside it for what the agents and the tests
+/// leave there (saved prompts, markers, the report).
+struct Fx {
+    project: Project,
+    out: tempfile::TempDir,
+}
+
+impl Fx {
+    /// A project with `cassist.kdl` (trusted, no project test command,
+    /// `agents` appended) and `tasks/t.kdl` holding `tasks`.
+    fn new(agents: &str, tasks: &str) -> Fx {
+        let project = Project::new();
+        project
+            .file("cassist.kdl", &format!("trust \"workspace-write\"\ntest #false\n\n{agents}"))
+            .file("tasks/t.kdl", tasks);
+        let out = tempfile::Builder::new().prefix("cassist-test-out-").tempdir().unwrap();
+        Fx { project, out }
+    }
+
+    fn path(&self) -> &Path {
+        self.project.path()
+    }
+
+    fn out(&self) -> &Path {
+        self.out.path()
+    }
+
+    fn file(&self, rel: &str, text: &str) -> &Fx {
+        self.project.file(rel, text);
+        self
+    }
+
+    fn read(&self, rel: &str) -> String {
+        self.project.read(rel)
+    }
+
+    fn home(&self) -> PathBuf {
+        let home = self.out().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        home
+    }
+
+    fn report_path(&self) -> PathBuf {
+        self.out().join("report.json")
+    }
+
+    /// `cassist run --report-json OUT/report.json ARGS` to completion.
+    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Done {
+        let started = Instant::now();
+        let output = self.command(args, env).output().expect("run cassist");
+        Done {
+            status: output.status,
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            elapsed: started.elapsed(),
+            report: std::fs::read_to_string(self.report_path()).unwrap_or_default(),
+        }
+    }
+
+    /// The command [`run`](Fx::run) runs: the same clean environment as
+    /// `Project::run_env` (PATH only, NO_COLOR) plus `env`, but with HOME a
+    /// folder of its own outside the project, as on a real machine (agents
+    /// keep state there, and cassist prepares their state folders in it).
+    fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cassist"));
+        cmd.current_dir(self.path())
+            .arg("run")
+            .arg("--report-json")
+            .arg(self.report_path())
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// Makes the project a git repository with one commit of everything.
+    fn git_init(&self) -> &Fx {
+        git(self.path(), &["init", "-q"]);
+        git(self.path(), &["add", "-A"]);
+        git(
+            self.path(),
+            &["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", "commit", "-qm", "init"],
+        );
+        self
+    }
+
+    fn head(&self) -> String {
+        git(self.path(), &["rev-parse", "HEAD"])
+    }
+
+    fn status(&self) -> String {
+        git(self.path(), &["status", "--porcelain"])
+    }
+
+    /// Every file of the project but `.cassist/`, with its bytes (folders
+    /// and symlinks too): compared before and after a run that must leave
+    /// the tree as it was.
+    fn tree(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        walkdir::WalkDir::new(self.path())
+            .min_depth(1)
+            .into_iter()
+            .filter_entry(|e| e.file_name() != ".cassist" || e.depth() != 1)
+            .map(|e| {
+                let e = e.unwrap();
+                let rel = e.path().strip_prefix(self.path()).unwrap().to_path_buf();
+                let bytes = if e.file_type().is_file() {
+                    std::fs::read(e.path()).unwrap()
+                } else if e.file_type().is_symlink() {
+                    std::fs::read_link(e.path()).unwrap().into_os_string().into_encoded_bytes()
+                } else {
+                    b"<dir>".to_vec()
+                };
+                (rel, bytes)
+            })
+            .collect()
+    }
+
+    /// `.cassist/runs/<id>/<task>/` of the only run so far.
+    fn records(&self, task: &str) -> PathBuf {
+        let runs: Vec<PathBuf> = std::fs::read_dir(self.path().join(".cassist/runs"))
+            .expect(".cassist/runs")
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(runs.len(), 1, "expected one run: {runs:?}");
+        runs[0].join(task)
+    }
+
+    fn record(&self, task: &str, file: &str) -> String {
+        let path = self.records(task).join(file);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// What an agent saved of its stdin (`FAKE_LOG`).
+    fn stdin_of(&self, task: &str, attempt: u32) -> String {
+        let path = self.out().join(format!("{task}-stdin-{attempt}.md"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+}
+
+/// Fails listing the paths that differ between two [`Fx::tree`]s.
+#[track_caller]
+fn assert_same_tree(after: &BTreeMap<PathBuf, Vec<u8>>, before: &BTreeMap<PathBuf, Vec<u8>>, what: &str) {
+    let mut diff = Vec::new();
+    for (path, bytes) in after {
+        match before.get(path) {
+            None => diff.push(format!("added {}", path.display())),
+            Some(b) if b != bytes => diff.push(format!("changed {}", path.display())),
+            Some(_) => {}
+        }
+    }
+    for path in before.keys().filter(|p| !after.contains_key(*p)) {
+        diff.push(format!("removed {}", path.display()));
+    }
+    assert!(diff.is_empty(), "{what}: {diff:#?}");
+}
+
+/// The end of one `cassist run`.
+struct Done {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+    /// The `--report-json` file ("" when not written).
+    report: String,
+}
+
+impl Done {
+    fn code(&self) -> i32 {
+        self.status.code().unwrap_or(-1)
+    }
+
+    fn transcript(&self) -> String {
+        format!(
+            "exit: {:?}\n--- stdout\n{}--- stderr\n{}--- report\n{}",
+            self.status, self.stdout, self.stderr, self.report
+        )
+    }
+
+    #[track_caller]
+    fn exit(&self, code: i32) -> &Done {
+        assert_eq!(self.code(), code, "expected exit {code}:\n{}", self.transcript());
+        self
+    }
+
+    #[track_caller]
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.report).unwrap_or_else(|e| panic!("invalid report ({e}):\n{}", self.transcript()))
+    }
+
+    /// The report entry of `name`.
+    #[track_caller]
+    fn task(&self, name: &str) -> Value {
+        let json = self.json();
+        json["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no task {name}:\n{}", self.transcript()))
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git").current_dir(dir).args(args).output().expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The absolute path of a fake agent.
+fn agent_script(name: &str) -> String {
+    common::fixtures().join("agents").join(name).display().to_string()
+}
+
+/// A custom agent `name` running `fixtures/agents/<script> ARGS`.
+fn agent(name: &str, script: &str, args: &[&str], pass_env: &[&str]) -> String {
+    let mut command = format!("{:?}", agent_script(script));
+    for a in args {
+        command.push_str(&format!(" {a:?}"));
+    }
+    let mut out = format!("agent {name:?} {{\n    command {command}\n");
+    if !pass_env.is_empty() {
+        let vars: Vec<String> = pass_env.iter().map(|v| format!("{v:?}")).collect();
+        out.push_str(&format!("    pass-env {}\n", vars.join(" ")));
+    }
+    out.push_str("}\n");
+    out
+}
+
+/// A marker unique to this test process and call, for `/proc/*/cmdline`.
+fn unique_marker(what: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("cassist-test-{what}-{}-{nanos}", std::process::id())
+}
+
+/// Processes whose command line holds `marker` (zombies have none).
+fn processes_with(marker: &str) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if text.contains(marker) {
+            found.push((pid, text));
+        }
+    }
+    found
+}
+
+/// Waits until `path` exists; panics after `limit` (with what the child
+/// printed, when it has already ended).
+fn wait_for_file(path: &Path, child: &mut Child, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while !path.exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("cassist ended ({status}) before {} appeared", path.display());
+        }
+        assert!(Instant::now() < deadline, "{} did not appear within {limit:?}", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for `child` at most `limit`, killing it past that.
+fn wait_with_limit(child: &mut Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("cassist did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every file under `dir` (recursively) with its bytes.
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().is_file())
+        .map(|e| (e.path().to_path_buf(), std::fs::read(e.path()).unwrap()))
+        .collect()
+}
+
+fn contains_bytes(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The text of one `# Section` of a prompt, up to the next heading.
+fn section<'a>(prompt: &'a str, heading: &str) -> &'a str {
+    let start = prompt.find(&format!("# {heading}\n")).unwrap_or_else(|| panic!("no # {heading} in:\n{prompt}"));
+    let body = &prompt[start + heading.len() + 3..];
+    let end = body.find("\n# ").map_or(body.len(), |e| e + 1);
+    &body[..end]
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_owned()).collect()
+}
+
+const HELLO_TASK: &str = r##"task "add-hello" {
+    goal "Write a greeting into src/hello.txt."
+    agent "good"
+    context {
+        file "src/hello.txt"
+    }
+    scope {
+        path "src/**"
+    }
+    acceptance {
+        run #"grep -q "hello from add-hello" src/hello.txt"#
+    }
+}
+"##;
+
+/// Test 1, in the given workspace mode: a passing task is integrated into
+/// the user's tree and left uncommitted.
+fn passing_task_is_integrated_uncommitted(env: &[(&str, &str)], mode: &str) {
+    let fx = Fx::new(&agent("good", "good.sh", &[], &[]), HELLO_TASK);
+    fx.file("src/hello.txt", "old greeting\n").file("README.md", "a project\n").git_init();
+    let head = fx.head();
+
+    let done = fx.run(&[], env);
+    done.exit(0);
+    assert!(done.stderr.contains(&format!("add-hello: workspace: {mode}")), "{}", done.transcript());
+    let t = done.task("add-hello");
+    assert_eq!(t["state"], "passed");
+    assert_eq!(t["agent"], "good");
+    assert_eq!(t["attempts"], 1);
+    assert_eq!(strings(&t["changed_files"]), ["src/hello.txt"]);
+    assert_eq!(t["summary"], "wrote src/hello.txt");
+    assert_eq!(t["reason"], Value::Null);
+    let acceptance = t["acceptance"].as_array().unwrap();
+    assert_eq!(acceptance.len(), 1, "{t}");
+    assert_eq!(acceptance[0]["command"], r#"grep -q "hello from add-hello" src/hello.txt"#);
+    assert_eq!(acceptance[0]["exit_code"], 0);
+    assert_eq!(acceptance[0]["passed"], true);
+    let json = done.json();
+    assert_eq!(
+        (json["passed"].as_u64(), json["failed"].as_u64(), json["blocked"].as_u64()),
+        (Some(1), Some(0), Some(0))
+    );
+
+    // In the user's tree, uncommitted.
+    assert_eq!(fx.read("src/hello.txt"), "hello from add-hello\n");
+    assert_eq!(fx.head(), head, "cassist moved HEAD");
+    assert_eq!(git(fx.path(), &["rev-list", "--count", "HEAD"]).trim(), "1");
+    assert_eq!(fx.status(), " M src/hello.txt\n", ".cassist/ must be ignored and the change left uncommitted");
+
+    // The records.
+    assert!(fx.record("add-hello", "prompt-1.md").starts_with("# Goal\n"));
+    assert!(fx.record("add-hello", "transcript-1.log").contains("good: wrote src/hello.txt"));
+    assert!(fx.record("add-hello", "result-1.json").contains("\"success\": true"));
+    let review: Value = serde_json::from_str(&fx.record("add-hello", "review-1.json")).unwrap();
+    assert!(review.is_object(), "{review}");
+    let acc: Value = serde_json::from_str(&fx.record("add-hello", "acceptance-1.json")).unwrap();
+    assert_eq!(acc[0]["passed"], true, "{acc}");
+    let patch = fx.record("add-hello", "patch.diff");
+    assert!(patch.contains("-old greeting") && patch.contains("+hello from add-hello"), "{patch}");
+    let recorded: Value = serde_json::from_str(&fx.record("add-hello", "report.json")).unwrap();
+    assert_eq!(recorded["state"], "passed");
+}
+
+// ---------------------------------------------------------------------------
+// 1, 14. A passing task
+
+#[test]
+fn passing_task_is_integrated_and_left_uncommitted() {
+    passing_task_is_integrated_uncommitted(&[], "overlay");
+}
+
+#[test]
+fn passing_task_is_integrated_with_the_copy_fallback() {
+    passing_task_is_integrated_uncommitted(&[("CASSIST_WORKSPACE", "copy")], "copy");
+}
+
+// ---------------------------------------------------------------------------
+// 2, 3. Acceptance feedback and giving up
+
+/// A task whose acceptance wants `want` in src/answer.txt; the agent writes
+/// 41, then 42 once it gets feedback.
+fn answer_task(want: u32, max_iterations: u32) -> String {
+    format!(
+        r##"task "answer" {{
+    goal "Write the answer into src/answer.txt."
+    agent "fixer"
+    max-iterations {max_iterations}
+    context {{
+        file "src/answer.txt"
+    }}
+    scope {{
+        path "src/answer.txt"
+    }}
+    acceptance {{
+        run #"a=$(cat src/answer.txt); test "$a" = {want} || {{ echo "ANSWER-CHECK: got $a, want {want}"; exit 1; }}"#
+    }}
+}}
+"##
+    )
+}
+
+#[test]
+fn failing_acceptance_goes_back_to_the_agent_who_fixes_it() {
+    let fx = Fx::new(&agent("fixer", "fix-on-feedback.sh", &[], &["FAKE_LOG"]), &answer_task(42, 3));
+    fx.file("src/answer.txt", "0\n").git_init();
+    let head = fx.head();
+    let done = fx.run(&[], &[("FAKE_LOG", fx.out().to_str().unwrap())]);
+    done.exit(0);
+    let t = done.task("answer");
+    assert_eq!(t["state"], "passed");
+    assert_eq!(t["attempts"], 2);
+    assert_eq!(strings(&t["changed_files"]), ["src/answer.txt"]);
+    assert_eq!(fx.read("src/answer.txt"), "42\n");
+    assert_eq!(fx.head(), head);
+    assert_eq!(fx.status(), " M src/answer.txt\n");
+
+    // The first round failed on acceptance...
+    let first: Value = serde_json::from_str(&fx.record("answer", "acceptance-1.json")).unwrap();
+    assert_eq!(first[0]["passed"], false, "{first}");
+    assert_eq!(first[0]["exit_code"], 1, "{first}");
+    let prompt1 = fx.record("answer", "prompt-1.md");
+    assert!(!prompt1.contains("# Review feedback"), "{prompt1}");
+    assert!(!fx.stdin_of("answer", 1).contains("# Review feedback"));
+    // ... and the second prompt carries the failure: in the record and on
+    // the agent's stdin.
+    let prompt2 = fx.record("answer", "prompt-2.md");
+    for prompt in [prompt2.as_str(), fx.stdin_of("answer", 2).as_str()] {
+        let feedback = section(prompt, "Review feedback");
+        assert!(feedback.contains("ANSWER-CHECK: got 41, want 42"), "{prompt}");
+        assert!(feedback.contains("exit code 1"), "{prompt}");
+        assert!(prompt.starts_with(&prompt1), "the second prompt is the first plus the feedback:\n{prompt}");
+    }
+    assert_eq!(fx.stdin_of("answer", 2).trim_end(), prompt2.trim_end(), "the agent got the recorded prompt");
+}
+
+#[test]
+fn giving_up_after_max_iterations_leaves_the_tree_untouched() {
+    let fx = Fx::new(&agent("fixer", "fix-on-feedback.sh", &[], &[]), &answer_task(43, 2));
+    fx.file("src/answer.txt", "0\n").file("notes.txt", "untracked and kept\n").git_init();
+    fx.file("notes.txt", "changed before the run\n");
+    let head = fx.head();
+    let status = fx.status();
+    let before = fx.tree();
+
+    let done = fx.run(&[], &[]);
+    done.exit(1);
+    let t = done.task("answer");
+    assert_eq!(t["state"], "failed");
+    assert_eq!(t["attempts"], 2);
+    let reason = t["reason"].as_str().unwrap();
+    assert!(reason.contains("acceptance command") && reason.contains("after 2 iterations"), "{reason}");
+    assert_eq!(done.json()["failed"], 1);
+    assert!(done.stdout.contains("ANSWER-CHECK: got 42, want 43"), "the failing tail is shown:\n{}", done.stdout);
+    assert!(done.stdout.contains("transcript: "), "{}", done.stdout);
+
+    assert_same_tree(&fx.tree(), &before, "a failed task changed the user's tree");
+    assert_eq!(fx.head(), head);
+    assert_eq!(fx.status(), status);
+    assert!(!fx.records("answer").join("patch.diff").exists(), "no accepted patch");
+}
+
+// ---------------------------------------------------------------------------
+// 4. Scope
+
+fn scope_task(max_iterations: u32) -> String {
+    format!(
+        r#"task "scoped" {{
+    goal "Write src/in.txt."
+    agent "stray"
+    max-iterations {max_iterations}
+    scope {{
+        path "src/**"
+    }}
+    acceptance {{
+        run "test -f src/in.txt"
+    }}
+}}
+"#
+    )
+}
+
+#[test]
+fn out_of_scope_edit_is_rejected_and_kept_out_of_the_tree() {
+    let fx = Fx::new(&agent("stray", "out-of-scope.sh", &[], &[]), &scope_task(1));
+    fx.file("src/keep.txt", "keep\n").git_init();
+    let before = fx.tree();
+    let done = fx.run(&[], &[]);
+    done.exit(1);
+    let t = done.task("scoped");
+    assert_eq!(t["state"], "failed");
+    let reason = t["reason"].as_str().unwrap();
+    assert!(reason.contains("modified unrelated files") && reason.contains("notes/out.txt"), "{reason}");
+    assert_same_tree(&fx.tree(), &before, "nothing of a rejected change is integrated");
+    assert!(!fx.path().join("notes/out.txt").exists() && !fx.path().join("src/in.txt").exists());
+    assert_eq!(fx.status(), "");
+}
+
+#[test]
+fn out_of_scope_edit_is_fixed_on_review_feedback() {
+    let fx = Fx::new(&agent("stray", "out-of-scope.sh", &[], &[]), &scope_task(2));
+    fx.file("src/keep.txt", "keep\n").git_init();
+    let done = fx.run(&[], &[]);
+    done.exit(0);
+    let t = done.task("scoped");
+    assert_eq!(t["state"], "passed");
+    assert_eq!(t["attempts"], 2);
+    assert_eq!(strings(&t["changed_files"]), ["src/in.txt"]);
+    let feedback = section(&fx.record("scoped", "prompt-2.md"), "Review feedback").to_owned();
+    assert!(feedback.contains("modified unrelated files") && feedback.contains("notes/out.txt"), "{feedback}");
+    assert_eq!(fx.read("src/in.txt"), "in scope, attempt 2\n");
+    assert!(!fx.path().join("notes").exists(), "the out-of-scope file reached the tree");
+    assert_eq!(fx.status(), "?? src/in.txt\n");
+}
+
+// ---------------------------------------------------------------------------
+// 5. A planted secret
+
+#[test]
+fn planted_secret_is_rejected_and_never_recorded() {
+    // The key the agent plants, put together here as in the script.
+    let key = format!("{}{}", "AKIA", "Q7WXZ2K9LM4PR8TN");
+    let task = r#"task "config" {
+    goal "Add the region setting to src/config.py."
+    agent "planter"
+    max-iterations 2
+    scope {
+        path "src/**"
+    }
+}
+"#;
+    let fx = Fx::new(&agent("planter", "plant-secret.sh", &[], &["FAKE_LOG"]), task);
+    fx.file("src/app.py", "print('hi')\n").git_init();
+    let before = fx.tree();
+    let done = fx.run(&[], &[("FAKE_LOG", fx.out().to_str().unwrap())]);
+    done.exit(1);
+    let t = done.task("config");
+    assert_eq!(t["state"], "failed");
+    let reason = t["reason"].as_str().unwrap();
+    assert!(reason.contains("security issue") && reason.contains("AWS access key"), "{reason}");
+    assert!(reason.contains("src/config.py"), "{reason}");
+    assert_same_tree(&fx.tree(), &before, "the user's tree changed");
+
+    // The agent planted it every time (so a retry happened) and was told
+    // why without being shown the key.
+    let second = fx.stdin_of("config", 2);
+    assert!(section(&second, "Review feedback").contains("AWS access key"), "{second}");
+    assert!(!second.contains(&key));
+    // Nowhere in what cassist printed or recorded.
+    for (what, text) in [("stdout", &done.stdout), ("stderr", &done.stderr), ("report", &done.report)] {
+        assert!(!text.contains(&key), "the key is in {what}:\n{text}");
+    }
+    let files = files_under(&fx.path().join(".cassist"));
+    assert!(files.iter().any(|(p, _)| p.ends_with("review-2.json")), "{files:?}");
+    for (path, bytes) in &files {
+        assert!(!contains_bytes(bytes, key.as_bytes()), "the key is in {}", path.display());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 6. Read-only tasks
+
+#[test]
+fn read_only_task_that_changes_a_file_is_rejected() {
+    let tasks = r#"task "look" {
+    goal "Review src/hello.txt."
+    kind "review"
+    agent "good"
+    max-iterations 1
+}
+
+task "peek" {
+    goal "Read src/hello.txt."
+    sandbox "read-only"
+    agent "good"
+    max-iterations 1
+}
+"#;
+    let fx = Fx::new(&agent("good", "good.sh", &[], &[]), tasks);
+    fx.file("src/hello.txt", "untouched\n").git_init();
+    let before = fx.tree();
+    let done = fx.run(&["--keep-going"], &[]);
+    done.exit(1);
+    for name in ["look", "peek"] {
+        let t = done.task(name);
+        assert_eq!(t["state"], "failed", "{t}");
+        let reason = t["reason"].as_str().unwrap();
+        assert!(reason.contains("read-only") && reason.contains("src/hello.txt"), "{name}: {reason}");
+    }
+    assert_eq!(done.json()["failed"], 2);
+    assert_same_tree(&fx.tree(), &before, "the user's tree changed");
+    assert_eq!(fx.read("src/hello.txt"), "untouched\n");
+}
+
+// ---------------------------------------------------------------------------
+// 7. The agent's own report of failure
+
+#[test]
+fn agent_reporting_failure_ends_the_task_blocked() {
+    let task = r#"task "needs-key" {
+    goal "Call the service."
+    agent "quitter"
+    max-iterations 3
+}
+"#;
+    let fx = Fx::new(&agent("quitter", "report-failure.sh", &[], &[]), task);
+    fx.file("src/a.txt", "a\n").git_init();
+    let before = fx.tree();
+    let done = fx.run(&[], &[]);
+    done.exit(1);
+    let t = done.task("needs-key");
+    assert_eq!(t["state"], "blocked");
+    assert_eq!(t["attempts"], 1, "a reported failure is not retried");
+    assert!(t["reason"].as_str().unwrap().contains("needs an API key"), "{t}");
+    let json = done.json();
+    assert_eq!((json["blocked"].as_u64(), json["failed"].as_u64()), (Some(1), Some(0)));
+    assert!(done.stdout.contains("needs an API key"), "{}", done.stdout);
+    assert_same_tree(&fx.tree(), &before, "the user's tree changed");
+}
+
+// ---------------------------------------------------------------------------
+// 8. Timeout
+
+/// The agent ignores SIGTERM, and so do its children: the whole tree must
+/// be killed at the timeout, in either workspace mode.
+fn hung_agent_is_killed_at_its_timeout(env: &[(&str, &str)]) {
+    let marker = unique_marker("hang");
+    let task = r#"task "hang" {
+    goal "Hang."
+    agent "hang"
+    timeout "2s"
+}
+"#;
+    let fx = Fx::new(&agent("hang", "hang.sh", &[&marker], &[]), task);
+    fx.file("src/a.txt", "a\n");
+    let before = fx.tree();
+    let done = fx.run(&[], env);
+    // SIGTERM at 2 s is ignored; SIGKILL follows after the 5 s grace.
+    let (timeout, grace, slack) = (2.0, 5.0, 4.0);
+    eprintln!("hung agent {env:?}: cassist ran {:.2}s", done.elapsed.as_secs_f64());
+    done.exit(1);
+    let t = done.task("hang");
+    assert_eq!(t["state"], "failed");
+    let reason = t["reason"].as_str().unwrap();
+    assert!(reason.contains("timed out after 2s"), "{reason}");
+    assert!(done.elapsed.as_secs_f64() >= timeout, "ended before its timeout: {:?}", done.elapsed);
+    assert!(done.elapsed.as_secs_f64() < timeout + grace + slack, "took {:?}", done.elapsed);
+    let left = processes_with(&marker);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+    assert_same_tree(&fx.tree(), &before, "the user's tree changed");
+    assert!(fx.record("hang", "transcript-1.log").contains("hang: waiting"));
+}
+
+#[test]
+fn hung_agent_and_its_children_are_killed_at_the_timeout() {
+    hung_agent_is_killed_at_its_timeout(&[]);
+}
+
+#[test]
+fn hung_agent_and_its_children_are_killed_at_the_timeout_in_copy_mode() {
+    hung_agent_is_killed_at_its_timeout(&[("CASSIST_WORKSPACE", "copy")]);
+}
+
+// ---------------------------------------------------------------------------
+// 9, 10. The environment and secrets
+
+#[test]
+fn agent_environment_is_the_allowlist_plus_pass_env() {
+    let task = r#"task "env-task" {
+    goal "Show the environment."
+    agent "env"
+}
+"#;
+    let fx = Fx::new(&agent("env", "env-dump.sh", &[], &["PASSED_VAR", "FAKE_LOG"]), task);
+    fx.file("src/a.txt", "a\n");
+    let out = fx.out().to_str().unwrap().to_owned();
+    let done = fx.run(
+        &[],
+        &[
+            ("FOO_UNLISTED", "1"),
+            ("OPENAI_API_KEY", "sk-test-abcdefghijklmnop"),
+            ("PASSED_VAR", "passed-value"),
+            ("FAKE_LOG", &out),
+        ],
+    );
+    done.exit(0);
+    let text = std::fs::read_to_string(fx.out().join("env.txt")).unwrap();
+    let env: BTreeMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
+    assert_eq!(env.get("PASSED_VAR"), Some(&"passed-value"), "{text}");
+    assert_eq!(env.get("CASSIST_TASK"), Some(&"env-task"), "{text}");
+    assert_eq!(env.get("CASSIST_ATTEMPT"), Some(&"1"), "{text}");
+    assert_eq!(env.get("CASSIST_PART"), Some(&""), "{text}");
+    assert!(env.contains_key("HOME") && env.contains_key("PATH"), "{text}");
+    let project = fx.path().canonicalize().unwrap();
+    for var in ["CASSIST_PROMPT_FILE", "CASSIST_RESULT_FILE"] {
+        let value = env.get(var).unwrap_or_else(|| panic!("no {var} in:\n{text}"));
+        assert!(Path::new(value).is_absolute(), "{var}={value}");
+        assert!(
+            !Path::new(value).starts_with(&project) && !Path::new(value).starts_with(fx.path()),
+            "{var}={value} is inside the project"
+        );
+    }
+    assert!(!env.contains_key("FOO_UNLISTED"), "an unlisted variable leaked:\n{text}");
+    assert!(!env.contains_key("OPENAI_API_KEY"), "another agent's key leaked:\n{text}");
+    assert!(!text.contains("sk-test-abcdefghijklmnop"), "{text}");
+}
+
+#[test]
+fn secret_value_never_appears_under_dot_cassist() {
+    let secret = "s3cr3t-value-123456";
+    let task = r#"task "leak" {
+    goal "Use the service token."
+    agent "leaky"
+    scope {
+        path "src/**"
+    }
+}
+"#;
+    let fx = Fx::new(&agent("leaky", "leak-env-secret.sh", &[], &["MY_SERVICE_TOKEN"]), task);
+    fx.file("src/a.txt", "a\n").git_init();
+    let done = fx.run(&[], &[("MY_SERVICE_TOKEN", secret)]);
+    let files = files_under(&fx.path().join(".cassist"));
+    assert!(files.len() > 3, "{files:?}");
+    for (path, bytes) in &files {
+        assert!(!contains_bytes(bytes, secret.as_bytes()), "the secret is in {}", path.display());
+    }
+    let transcript = fx.record("leak", "transcript-1.log");
+    assert!(transcript.contains("leak: the token is [REDACTED]"), "{transcript}");
+    assert!(transcript.contains("leak: stderr also says [REDACTED]"), "{transcript}");
+    for (what, text) in [("stdout", &done.stdout), ("stderr", &done.stderr), ("report", &done.report)] {
+        assert!(!text.contains(secret), "the secret is in {what}:\n{text}");
+    }
+    // What becomes of the change itself is the review's business, not the
+    // recorder's: say what happened.
+    let state = done.task("leak")["state"].clone();
+    let tree = std::fs::read_to_string(fx.path().join("src/token.txt")).ok();
+    eprintln!("secret written by the agent: task {state}, src/token.txt in the tree: {tree:?}");
+}
+
+// ---------------------------------------------------------------------------
+// 11. A flood of output
+
+/// Runs `cmd` to its end and returns its status and peak RSS in KiB: the
+/// `ru_maxrss` wait4(2) reports for this child (its own peak, or that of a
+/// descendant it reaped, whichever is larger), not the whole test process's
+/// RUSAGE_CHILDREN, which other tests' children share.
+fn run_measured(mut cmd: Command) -> (ExitStatus, i64) {
+    use std::os::unix::process::ExitStatusExt;
+    let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    // SAFETY: a zeroed rusage is valid; wait4 on our own child's pid.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    std::mem::forget(child); // reaped already
+    (ExitStatus::from_raw(status), usage.ru_maxrss)
+}
+
+#[test]
+fn agent_printing_a_gigabyte_does_not_grow_cassist() {
+    let bytes: u64 = 1_000_000_000;
+    let task = r#"task "flood" {
+    goal "Print a lot."
+    agent "flood"
+    scope {
+        path "src/**"
+    }
+}
+"#;
+    let fx = Fx::new(&agent("flood", "flood.sh", &[], &["FAKE_BYTES"]), task);
+    fx.file("src/a.txt", "a\n");
+    let n = bytes.to_string();
+    // A secret in the environment, so the transcript goes through the
+    // redacting writer as in real use.
+    let env = [("FAKE_BYTES", n.as_str()), ("SOME_API_KEY", "not-in-the-output-42")];
+    let started = Instant::now();
+    let (status, maxrss_kib) = run_measured(fx.command(&[], &env));
+    eprintln!(
+        "1 GB of agent output: cassist peak RSS {:.1} MiB, {:.1}s",
+        maxrss_kib as f64 / 1024.0,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(status.success(), "{status:?}: {}", std::fs::read_to_string(fx.report_path()).unwrap_or_default());
+    let transcript = fx.records("flood").join("transcript-1.log");
+    let len = std::fs::metadata(&transcript).unwrap().len();
+    assert!(len > bytes, "the transcript holds the whole output: {len} bytes");
+    let _ = std::fs::remove_file(&transcript); // 1 GB
+    assert_eq!(fx.read("src/flood.txt"), "flooded\n");
+    assert!(maxrss_kib < 100 * 1024, "cassist peak RSS {maxrss_kib} KiB");
+}
+
+// ---------------------------------------------------------------------------
+// 12. Conflict at integration
+
+fn conflict_at_integration(mode: &[(&str, &str)]) {
+    let task = r#"task "edit-shared" {
+    goal "Add a line to src/shared.txt."
+    agent "slow"
+    scope {
+        path "src/**"
+    }
+}
+"#;
+    let fx = Fx::new(&agent("slow", "wait-then-edit.sh", &[], &["FAKE_MARKER"]), task);
+    fx.file("src/shared.txt", "base\n").git_init();
+    let out = fx.out().to_str().unwrap().to_owned();
+    let env = [&[("FAKE_MARKER", out.as_str())], mode].concat();
+    let mut child = fx.command(&[], &env).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    wait_for_file(&fx.out().join("started"), &mut child, Duration::from_secs(30));
+    // The user edits the same file while the agent works.
+    fx.file("src/shared.txt", "base\nthe user's own edit\n");
+    std::fs::write(fx.out().join("go"), "").unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let workspace = if mode.is_empty() { "overlay" } else { "copy" };
+    assert!(stderr.contains(&format!("workspace: {workspace}")), "{stderr}");
+    assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(fx.report_path()).unwrap()).unwrap();
+    let t = &report["tasks"][0];
+    assert_eq!(t["state"], "failed");
+    let reason = t["reason"].as_str().unwrap();
+    assert!(reason.contains("conflict") && reason.contains("src/shared.txt"), "{reason}");
+    assert!(stdout.contains("conflict"), "{stdout}");
+    assert_eq!(fx.read("src/shared.txt"), "base\nthe user's own edit\n", "the user's edit was overwritten");
+    // The agent's patch is kept.
+    assert!(fx.record("edit-shared", "patch.diff").contains("+agent's line"));
+}
+
+#[test]
+fn conflict_at_integration_leaves_the_users_edit() {
+    conflict_at_integration(&[]);
+}
+
+#[test]
+fn conflict_at_integration_leaves_the_users_edit_in_copy_mode() {
+    conflict_at_integration(&[("CASSIST_WORKSPACE", "copy")]);
+}
+
+// ---------------------------------------------------------------------------
+// 13. Ctrl-C
+
+fn ctrl_c_stops_the_agent_and_cleans_up(mode: &[(&str, &str)]) {
+    let marker = unique_marker("ctrl-c");
+    let tasks = r#"task "first" {
+    goal "Hang until interrupted."
+    agent "hang"
+    timeout "60s"
+}
+
+task "second" {
+    goal "Never started."
+    agent "good"
+}
+"#;
+    let agents =
+        format!("{}{}", agent("hang", "hang.sh", &[&marker], &["FAKE_STARTED"]), agent("good", "good.sh", &[], &[]));
+    let fx = Fx::new(&agents, tasks);
+    fx.file("src/hello.txt", "untouched\n").git_init();
+    let before = fx.tree();
+    let tmp = fx.out().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let started = fx.out().join("started");
+    let mut env = vec![("TMPDIR", tmp.to_str().unwrap()), ("FAKE_STARTED", started.to_str().unwrap())];
+    env.extend_from_slice(mode);
+    let mut child = fx.command(&[], &env).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    wait_for_file(&started, &mut child, Duration::from_secs(30));
+    let workspaces = tmp.join(format!("cassist-{}", unsafe { libc::getuid() }));
+    assert!(std::fs::read_dir(&workspaces).unwrap().count() > 0, "no workspace while the agent runs");
+    assert!(!processes_with(&marker).is_empty());
+
+    // SIGINT to cassist alone, as a terminal's Ctrl-C reaches it (its
+    // agents run in their own process groups).
+    let t0 = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = wait_with_limit(&mut child, Duration::from_secs(30));
+    eprintln!("Ctrl-C {mode:?}: cassist ended {:.2}s after SIGINT", t0.elapsed().as_secs_f64());
+    assert_eq!(status.code(), Some(130), "{status:?}");
+
+    let left = processes_with(&marker);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+    let remaining: Vec<_> =
+        std::fs::read_dir(&workspaces).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    assert!(remaining.is_empty(), "workspaces left: {remaining:?}");
+    assert_same_tree(&fx.tree(), &before, "the user's tree changed");
+
+    // The store is consistent: every report is whole, no temp file left.
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(fx.report_path()).unwrap()).unwrap();
+    assert_eq!(report["tasks"][0]["reason"], "interrupted", "{report}");
+    assert_eq!(report["tasks"][1]["state"], "skipped", "{report}");
+    let files = files_under(&fx.path().join(".cassist"));
+    let reports: Vec<_> = files.iter().filter(|(p, _)| p.ends_with("report.json")).collect();
+    assert!(!reports.is_empty(), "{files:?}");
+    for (path, bytes) in reports {
+        let r: Value = serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(r["reason"], "interrupted", "{}", path.display());
+    }
+    for (path, _) in &files {
+        let name = path.file_name().unwrap().to_string_lossy();
+        assert!(!name.starts_with(".tmp"), "half-written file left: {}", path.display());
+    }
+}
+
+#[test]
+fn ctrl_c_stops_the_agent_and_cleans_up_the_workspace() {
+    ctrl_c_stops_the_agent_and_cleans_up(&[]);
+}
+
+#[test]
+fn ctrl_c_stops_the_agent_and_cleans_up_the_workspace_in_copy_mode() {
+    ctrl_c_stops_the_agent_and_cleans_up(&[("CASSIST_WORKSPACE", "copy")]);
+}
+
+// ---------------------------------------------------------------------------
+// 15. Failover and missing agents
+
+/// A custom agent `name` running `program` (any path) with the prompt file.
+fn command_agent(name: &str, program: &str) -> String {
+    format!("agent {name:?} {{\n    command {program:?} \"{{prompt_file}}\"\n}}\n")
+}
+
+/// `try "missing-agent" "broken" "good"`: the first is not installed, the
+/// second is there but cannot start (not executable); "good" does the task.
+fn failover_passes_with_the_next_agent(env: &[(&str, &str)]) {
+    let fx = Fx::new("", "");
+    let broken = fx.out().join("not-executable");
+    std::fs::write(&broken, "#!/bin/sh\nexit 0\n").unwrap();
+    let agents = [
+        agent("good", "good.sh", &[], &[]),
+        command_agent("missing-agent", "/nonexistent/cassist-missing-agent"),
+        command_agent("broken", broken.to_str().unwrap()),
+        "agent \"chain\" {\n    try \"missing-agent\" \"broken\" \"good\"\n}\n".to_owned(),
+    ];
+    fx.file("cassist.kdl", &format!("trust \"workspace-write\"\ntest #false\n\n{}", agents.concat()))
+        .file("tasks/t.kdl", &HELLO_TASK.replace("agent \"good\"", "agent \"chain\""))
+        .file("src/hello.txt", "old\n");
+    let done = fx.run(&[], env);
+    done.exit(0);
+    let t = done.task("add-hello");
+    assert_eq!(t["state"], "passed");
+    assert_eq!(t["agent"], "good");
+    assert_eq!(t["attempts"], 1, "failed starts are not attempts");
+    assert_eq!(fx.read("src/hello.txt"), "hello from add-hello\n");
+}
+
+#[test]
+fn failover_chain_uses_the_next_installed_agent() {
+    failover_passes_with_the_next_agent(&[]);
+}
+
+#[test]
+fn failover_chain_uses_the_next_installed_agent_in_copy_mode() {
+    failover_passes_with_the_next_agent(&[("CASSIST_WORKSPACE", "copy")]);
+}
+
+#[test]
+fn task_whose_agent_is_not_installed_fails_naming_it() {
+    let agents = command_agent("missing-agent", "cassist-no-such-program");
+    let fx = Fx::new(&agents, &HELLO_TASK.replace("agent \"good\"", "agent \"missing-agent\""));
+    fx.file("src/hello.txt", "old\n");
+    let before = fx.tree();
+    let done = fx.run(&[], &[]);
+    done.exit(1);
+    let t = done.task("add-hello");
+    assert_eq!(t["state"], "failed");
+    assert_eq!(t["attempts"], 0);
+    let reason = t["reason"].as_str().unwrap();
+    assert!(reason.contains("sub-agent unavailable"), "{reason}");
+    assert!(reason.contains("missing-agent") && reason.contains("cassist-no-such-program"), "{reason}");
+    assert!(done.stdout.contains("sub-agent unavailable"), "{}", done.stdout);
+    assert_same_tree(&fx.tree(), &before, "the user's tree changed");
+}
+
+// ---------------------------------------------------------------------------
+// 16. Explore summaries
+
+#[test]
+fn explore_summary_reaches_the_dependents_prompt() {
+    let summary = "SURVEY-SUMMARY: the greeting lives in src/hello.txt and nothing reads it.";
+    let tasks = r#"task "survey" {
+    goal "Find where the greeting lives."
+    kind "explore"
+    agent "explorer"
+}
+
+task "add-hello" {
+    goal "Write a greeting into src/hello.txt."
+    agent "good"
+    depends-on "survey"
+    scope {
+        path "src/**"
+    }
+}
+"#;
+    let agents = format!(
+        "{}{}",
+        agent("explorer", "summarize.sh", &[], &["FAKE_SUMMARY"]),
+        agent("good", "good.sh", &[], &["FAKE_LOG"])
+    );
+    let fx = Fx::new(&agents, tasks);
+    fx.file("src/hello.txt", "old\n");
+    let done = fx.run(&[], &[("FAKE_SUMMARY", summary), ("FAKE_LOG", fx.out().to_str().unwrap())]);
+    done.exit(0);
+    let survey = done.task("survey");
+    assert_eq!(survey["state"], "passed");
+    assert_eq!(survey["summary"], summary);
+    assert_eq!(strings(&survey["changed_files"]), Vec::<String>::new());
+    let received = fx.stdin_of("add-hello", 1);
+    assert!(section(&received, "Context").contains(summary), "{received}");
+    assert!(section(&fx.record("add-hello", "prompt-1.md"), "Context").contains(summary));
+    assert!(!section(&fx.record("survey", "prompt-1.md"), "Context").contains(summary));
+}
+
+// ---------------------------------------------------------------------------
+// Known bugs (run with --ignored)
+
+/// The agent writes to the user's project by absolute path: that write must
+/// land in the workspace (and go through review) or be refused, never reach
+/// the user's tree behind cassist's back.
+fn absolute_path_write_goes_through_the_workspace(env: &[(&str, &str)]) {
+    let task = r#"task "outside" {
+    goal "Write src/in.txt."
+    agent "outside"
+    scope {
+        path "src/**"
+    }
+}
+"#;
+    let fx = Fx::new(&agent("outside", "write-outside.sh", &[], &["FAKE_TARGET"]), task);
+    fx.file("src/a.txt", "a\n");
+    let target = fx.path().join("src/escape.txt");
+    let done = fx.run(&[], &[&[("FAKE_TARGET", target.to_str().unwrap())], env].concat());
+    done.exit(0);
+    let t = done.task("outside");
+    let changed = strings(&t["changed_files"]);
+    assert!(
+        !target.exists() || changed.contains(&"src/escape.txt".to_owned()),
+        "the agent wrote {} directly, bypassing review and integration (changed_files: {changed:?})",
+        target.display()
+    );
+}
+
+#[test]
+fn absolute_path_write_lands_in_the_overlay() {
+    absolute_path_write_goes_through_the_workspace(&[]);
+}
+
+#[test]
+#[ignore = "bug: copy mode's Landlock rules allow /tmp and $TMPDIR, so a project under a temp folder is writable"]
+fn absolute_path_write_in_copy_mode_is_refused() {
+    absolute_path_write_goes_through_the_workspace(&[("CASSIST_WORKSPACE", "copy")]);
+}
+
+#[test]
+#[ignore = "bug: the runner creates $HOME/.cache for the agent's Landlock rules, in the project when HOME is the project"]
+fn run_adds_nothing_to_a_project_that_is_home() {
+    let fx = Fx::new(
+        &agent("quitter", "report-failure.sh", &[], &[]),
+        "task \"t\" {\n    goal \"G.\"\n    agent \"quitter\"\n}\n",
+    );
+    fx.file("src/a.txt", "a\n");
+    let before = fx.tree();
+    // tests/common's Project::run sets HOME to the project.
+    fx.run(&[], &[("HOME", fx.path().to_str().unwrap())]).exit(1);
+    assert_same_tree(&fx.tree(), &before, "a blocked task changed the user's tree");
+}
