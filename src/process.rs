@@ -181,6 +181,11 @@ impl Redactor {
         Redactor { matcher: Some(Arc::new(Matcher { regex, secrets, longest })) }
     }
 
+    /// Whether `bytes` hold the value of one of the secrets.
+    pub fn contains_secret(&self, bytes: &[u8]) -> bool {
+        self.matcher.as_ref().is_some_and(|m| m.find_at(bytes, 0).is_some())
+    }
+
     /// `text` with every secret replaced by [`REDACTED`].
     pub fn redact(&self, text: &str) -> String {
         match self.redact_bytes(text.as_bytes()) {

@@ -332,6 +332,11 @@ impl Runner<'_> {
             if agent.inv.name == "claude" {
                 extra.push(("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()));
             }
+            // A private temp folder, inside the agent's writable io folder.
+            let tmp = io.join("tmp");
+            if std::fs::create_dir_all(&tmp).is_ok() {
+                extra.push(("TMPDIR".into(), tmp.into()));
+            }
             let env = invoke::environment(&agent.inv.pass_env, &extra);
             let writable = self.writable_paths(t.sandbox, &ws.dir, &io, &agent.inv);
             let finished = match ws.wrap_sandboxed(argv, writable).and_then(|argv| {
@@ -465,7 +470,7 @@ impl Runner<'_> {
                 });
                 continue;
             }
-            let review = review::review(
+            let mut review = review::review(
                 &changes,
                 &ReviewInput {
                     scope: &t.key.spec.scope,
@@ -475,6 +480,23 @@ impl Runner<'_> {
                     project_has_tests: project_has_tests(&project.root),
                 },
             );
+            // The value of a secret variable of cassist's own environment,
+            // written into a file, is a leak whatever its shape.
+            for c in &changes.changes {
+                if c.new.as_deref().is_some_and(|b| self.redactor.contains_secret(b))
+                    && !c.old.as_deref().is_some_and(|b| self.redactor.contains_secret(b))
+                {
+                    review.findings.push(review::Finding {
+                        rule: review::Rule::Secret,
+                        severity: review::Severity::Reject,
+                        path: Some(c.path.clone()),
+                        message: format!(
+                            "the value of a secret environment variable was written into {}: remove it and read the value from the environment instead",
+                            c.path
+                        ),
+                    });
+                }
+            }
             let _ = std::fs::write(
                 record.join(format!("review-{attempt}.json")),
                 serde_json::to_vec_pretty(&review).unwrap_or_default(),
@@ -638,15 +660,20 @@ impl Runner<'_> {
         if level == crate::spec::SandboxLevel::Full || !self.landlock {
             return None;
         }
-        let mut paths = vec![
-            io.to_path_buf(),
-            PathBuf::from("/dev"),
-            PathBuf::from("/tmp"),
-            PathBuf::from("/var/tmp"),
-            PathBuf::from("/dev/shm"),
-        ];
+        let root = &self.plan.project.root;
+        let mut paths = vec![io.to_path_buf(), PathBuf::from("/dev")];
+        // Temp folders, unless the user's project is inside one and is
+        // reachable (copy mode): then only the agent's private temp folder
+        // (its TMPDIR, inside `io`).
+        let mut temps = vec![PathBuf::from("/tmp"), PathBuf::from("/var/tmp"), PathBuf::from("/dev/shm")];
         if let Some(t) = std::env::var_os("TMPDIR") {
-            paths.push(PathBuf::from(t));
+            temps.push(PathBuf::from(t));
+        }
+        for t in temps {
+            let t = t.canonicalize().unwrap_or(t);
+            if self.mode == Mode::Overlay || !root.starts_with(&t) {
+                paths.push(t);
+            }
         }
         if level == crate::spec::SandboxLevel::WorkspaceWrite {
             paths.push(workspace.to_path_buf());
@@ -654,8 +681,14 @@ impl Runner<'_> {
         if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
             for rel in crate::agent::state_dirs(&inv.name) {
                 let p = home.join(rel);
-                let _ = std::fs::create_dir_all(&p);
-                paths.push(p);
+                // Never make folders in the user's project (a HOME inside
+                // it), nor for agents that do not need them.
+                if !p.exists() && crate::agent::BUILTIN_AGENTS.contains(&inv.name.as_str()) && !p.starts_with(root) {
+                    let _ = std::fs::create_dir_all(&p);
+                }
+                if !p.starts_with(root) || self.mode == Mode::Overlay {
+                    paths.push(p);
+                }
             }
         }
         paths.retain(|p| p.exists());

@@ -27,6 +27,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(bytes)?;
+    // Readable like any file the user writes (tempfile makes 0600).
+    let umask = {
+        // SAFETY: umask is always safe; set back at once.
+        let m = unsafe { libc::umask(0o022) };
+        unsafe { libc::umask(m) };
+        m
+    };
+    use std::os::unix::fs::PermissionsExt;
+    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o666 & !(umask as u32)))?;
     tmp.as_file().sync_data()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())

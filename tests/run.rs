@@ -31,7 +31,19 @@ impl Fx {
     /// A project with `cassist.kdl` (trusted, no project test command,
     /// `agents` appended) and `tasks/t.kdl` holding `tasks`.
     fn new(agents: &str, tasks: &str) -> Fx {
-        let project = Project::new();
+        // Outside the temp folder: in copy mode, agents may write temp
+        // folders only when the user's project is not inside one (see
+        // `absolute_path_write_in_copy_mode_is_refused`).
+        let dir = tempfile::Builder::new().prefix("cassist-test-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        Fx::with_project(Project { dir }, agents, tasks)
+    }
+
+    /// Like [`new`](Fx::new), with the project under the temp folder.
+    fn new_under_tmp(agents: &str, tasks: &str) -> Fx {
+        Fx::with_project(Project::new(), agents, tasks)
+    }
+
+    fn with_project(project: Project, agents: &str, tasks: &str) -> Fx {
         project
             .file("cassist.kdl", &format!("trust \"workspace-write\"\ntest #false\n\n{agents}"))
             .file("tasks/t.kdl", tasks);
@@ -610,7 +622,9 @@ task "peek" {
     let fx = Fx::new(&agent("good", "good.sh", &[], &[]), tasks);
     fx.file("src/hello.txt", "untouched\n").git_init();
     let before = fx.tree();
-    let done = fx.run(&["--keep-going"], &[]);
+    // Without Landlock (CASSIST_LANDLOCK=off, as on a kernel without it)
+    // the write happens in the workspace, and the review rejects it.
+    let done = fx.run(&["--keep-going"], &[("CASSIST_LANDLOCK", "off")]);
     done.exit(1);
     for name in ["look", "peek"] {
         let t = done.task(name);
@@ -621,6 +635,20 @@ task "peek" {
     assert_eq!(done.json()["failed"], 2);
     assert_same_tree(&fx.tree(), &before, "the user's tree changed");
     assert_eq!(fx.read("src/hello.txt"), "untouched\n");
+    // With Landlock the write itself is refused: the agent fails to write.
+    if cassist::sandbox::landlock_abi() > 0 {
+        std::fs::remove_dir_all(fx.path().join(".cassist/runs")).unwrap();
+        let done = fx.run(&["--keep-going"], &[]);
+        done.exit(1);
+        for name in ["look", "peek"] {
+            let t = done.task(name);
+            assert_eq!(t["state"], "failed", "{t}");
+            assert!(t["changed_files"].as_array().unwrap().is_empty(), "{t}");
+        }
+        let transcript = fx.record("look", "transcript-1.log");
+        assert!(transcript.contains("ermission denied") || transcript.contains("Read-only"), "{transcript}");
+        assert_same_tree(&fx.tree(), &before, "the user's tree changed");
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -761,11 +789,12 @@ fn secret_value_never_appears_under_dot_cassist() {
     for (what, text) in [("stdout", &done.stdout), ("stderr", &done.stderr), ("report", &done.report)] {
         assert!(!text.contains(secret), "the secret is in {what}:\n{text}");
     }
-    // What becomes of the change itself is the review's business, not the
-    // recorder's: say what happened.
-    let state = done.task("leak")["state"].clone();
-    let tree = std::fs::read_to_string(fx.path().join("src/token.txt")).ok();
-    eprintln!("secret written by the agent: task {state}, src/token.txt in the tree: {tree:?}");
+    // The value written into a file is rejected as a security issue and
+    // never reaches the user's tree.
+    let t = done.task("leak");
+    assert_eq!(t["state"], "failed", "{t}");
+    assert!(t["reason"].as_str().unwrap().contains("security issue"), "{t}");
+    assert!(!fx.path().join("src/token.txt").exists(), "the secret reached the user's tree");
 }
 
 // ---------------------------------------------------------------------------
@@ -1044,12 +1073,12 @@ task "add-hello" {
 }
 
 // ---------------------------------------------------------------------------
-// Known bugs (run with --ignored)
+// The sandbox around the agent
 
 /// The agent writes to the user's project by absolute path: that write must
 /// land in the workspace (and go through review) or be refused, never reach
 /// the user's tree behind cassist's back.
-fn absolute_path_write_goes_through_the_workspace(env: &[(&str, &str)]) {
+fn absolute_path_write_goes_through_the_workspace(env: &[(&str, &str)], under_tmp: bool) {
     let task = r#"task "outside" {
     goal "Write src/in.txt."
     agent "outside"
@@ -1058,7 +1087,8 @@ fn absolute_path_write_goes_through_the_workspace(env: &[(&str, &str)]) {
     }
 }
 "#;
-    let fx = Fx::new(&agent("outside", "write-outside.sh", &[], &["FAKE_TARGET"]), task);
+    let agents = agent("outside", "write-outside.sh", &[], &["FAKE_TARGET"]);
+    let fx = if under_tmp { Fx::new_under_tmp(&agents, task) } else { Fx::new(&agents, task) };
     fx.file("src/a.txt", "a\n");
     let target = fx.path().join("src/escape.txt");
     let done = fx.run(&[], &[&[("FAKE_TARGET", target.to_str().unwrap())], env].concat());
@@ -1074,17 +1104,17 @@ fn absolute_path_write_goes_through_the_workspace(env: &[(&str, &str)]) {
 
 #[test]
 fn absolute_path_write_lands_in_the_overlay() {
-    absolute_path_write_goes_through_the_workspace(&[]);
+    absolute_path_write_goes_through_the_workspace(&[], false);
+    absolute_path_write_goes_through_the_workspace(&[], true);
 }
 
 #[test]
-#[ignore = "bug: copy mode's Landlock rules allow /tmp and $TMPDIR, so a project under a temp folder is writable"]
 fn absolute_path_write_in_copy_mode_is_refused() {
-    absolute_path_write_goes_through_the_workspace(&[("CASSIST_WORKSPACE", "copy")]);
+    absolute_path_write_goes_through_the_workspace(&[("CASSIST_WORKSPACE", "copy")], false);
+    absolute_path_write_goes_through_the_workspace(&[("CASSIST_WORKSPACE", "copy")], true);
 }
 
 #[test]
-#[ignore = "bug: the runner creates $HOME/.cache for the agent's Landlock rules, in the project when HOME is the project"]
 fn run_adds_nothing_to_a_project_that_is_home() {
     let fx = Fx::new(
         &agent("quitter", "report-failure.sh", &[], &[]),

@@ -76,8 +76,11 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
         eprintln!("error: cannot create {}: {e}", run_dir.display());
         return exit::TASK_FAILED;
     }
-    let landlock = crate::sandbox::landlock_abi() > 0;
-    if !landlock {
+    // CASSIST_LANDLOCK=off leaves the sandbox to the agents' flags and the
+    // review, as on a kernel without Landlock.
+    let landlock_off = std::env::var("CASSIST_LANDLOCK").is_ok_and(|v| v == "off");
+    let landlock = !landlock_off && crate::sandbox::landlock_abi() > 0;
+    if !landlock && !landlock_off {
         eprintln!(
             "note: this kernel has no Landlock: sandbox levels rely on the agents' own flags and on the review of each change"
         );
