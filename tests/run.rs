@@ -1126,3 +1126,132 @@ fn run_adds_nothing_to_a_project_that_is_home() {
     fx.run(&[], &[("HOME", fx.path().to_str().unwrap())]).exit(1);
     assert_same_tree(&fx.tree(), &before, "a blocked task changed the user's tree");
 }
+
+// ---------------------------------------------------------------------------
+// Project config around a run: setup, instructions, build, --filter,
+// --keep-workspace
+
+/// A custom agent that runs `script` with `sh -c` in its workspace.
+fn sh_agent(name: &str, script: &str) -> String {
+    format!("agent {name:?} {{\n    command \"sh\" \"-c\" {script:?}\n}}\n")
+}
+
+#[test]
+fn setup_runs_in_the_workspace_first_and_a_failing_setup_calls_no_agent() {
+    let task = "task \"t\" {\n    goal \"Use the setup output.\"\n    agent \"a\"\n}\n";
+    // The agent copies what setup made into src/ (the setup's own file is
+    // part of the change too: it was made in the workspace).
+    let agents = format!(
+        "setup \"mkdir -p build && echo prepared > build/setup.txt\"\n{}",
+        sh_agent("a", "mkdir -p src && cp build/setup.txt src/seen.txt")
+    );
+    let fx = Fx::new(&agents, task);
+    fx.file("src/a.txt", "a\n");
+    let done = fx.run(&[], &[]);
+    done.exit(0);
+    assert_eq!(fx.read("src/seen.txt"), "prepared\n");
+
+    let agents = format!("setup \"echo setup-broke >&2; exit 3\"\n{}", sh_agent("a", "touch src/agent-ran.txt"));
+    let fx = Fx::new(&agents, task);
+    fx.file("src/a.txt", "a\n");
+    let before = fx.tree();
+    let done = fx.run(&[], &[]);
+    done.exit(1);
+    let t = done.task("t");
+    assert_eq!(t["attempts"], 0, "no agent call after a failed setup: {t}");
+    assert!(t["reason"].as_str().unwrap().contains("setup command"), "{t}");
+    assert!(done.stdout.contains("setup-broke"), "the setup's output is shown: {}", done.stdout);
+    assert_same_tree(&fx.tree(), &before, "a failed setup changed the tree");
+}
+
+#[test]
+fn instructions_are_placed_under_the_agents_name_and_never_integrated() {
+    let task = "task \"t\" {\n    goal \"Follow the instructions.\"\n    agent \"a\"\n}\n";
+    // A custom agent reads AGENTS.md; it copies what it saw into src/.
+    let agents = format!(
+        "instructions \"docs/agent.md\"\n{}",
+        sh_agent("a", "mkdir -p src && cp AGENTS.md src/seen.md && echo appended >> AGENTS.md")
+    );
+    let fx = Fx::new(&agents, task);
+    fx.file("docs/agent.md", "Always write tests.\n").file("src/a.txt", "a\n");
+    let done = fx.run(&[], &[]);
+    done.exit(0);
+    assert_eq!(fx.read("src/seen.md"), "Always write tests.\n");
+    assert!(!fx.path().join("AGENTS.md").exists(), "the placed instructions reached the user's tree");
+    assert_eq!(strings(&done.task("t")["changed_files"]), vec!["src/seen.md".to_owned()]);
+
+    // A project that has its own AGENTS.md keeps it: nothing is placed.
+    let fx = Fx::new(&agents, task);
+    fx.file("docs/agent.md", "Always write tests.\n").file("AGENTS.md", "The project's own.\n");
+    let done = fx.run(&[], &[]);
+    // The agent appended to the project's AGENTS.md: a real change now.
+    done.exit(0);
+    assert_eq!(fx.read("src/seen.md"), "The project's own.\n");
+    assert_eq!(fx.read("AGENTS.md"), "The project's own.\nappended\n");
+}
+
+#[test]
+fn a_failing_build_takes_the_change_back_out() {
+    let task = "task \"t\" {\n    goal \"Change src/a.txt.\"\n    agent \"a\"\n}\n";
+    let ok = format!("build \"grep -q changed src/a.txt\"\n{}", sh_agent("a", "echo changed > src/a.txt"));
+    let fx = Fx::new(&ok, task);
+    fx.file("src/a.txt", "a\n");
+    fx.run(&[], &[]).exit(0);
+    assert_eq!(fx.read("src/a.txt"), "changed\n");
+
+    let broken = format!(
+        "build \"echo build-broke; exit 2\"\n{}",
+        sh_agent("a", "echo changed > src/a.txt; echo new > src/b.txt")
+    );
+    let fx = Fx::new(&broken, task);
+    fx.file("src/a.txt", "a\n");
+    let before = fx.tree();
+    let done = fx.run(&[], &[]);
+    done.exit(1);
+    let t = done.task("t");
+    assert!(t["reason"].as_str().unwrap().contains("build command"), "{t}");
+    assert_same_tree(&fx.tree(), &before, "a failed build left the change in the tree");
+    assert!(!fx.path().join("src/b.txt").exists());
+}
+
+#[test]
+fn filter_runs_a_task_and_what_it_depends_on_only() {
+    let tasks = "task \"base\" {\n    goal \"B.\"\n    agent \"a\"\n}\n\
+                 task \"top\" {\n    goal \"T.\"\n    agent \"a\"\n    depends-on \"base\"\n}\n\
+                 task \"other\" {\n    goal \"O.\"\n    agent \"a\"\n}\n";
+    let fx = Fx::new(&sh_agent("a", "mkdir -p src && echo x > src/$CASSIST_TASK.txt"), tasks);
+    fx.file("src/a.txt", "a\n");
+    let done = fx.run(&["--filter", "top"], &[]);
+    done.exit(0);
+    let names: Vec<String> =
+        done.json()["tasks"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(names, ["base", "top"]);
+    assert!(fx.path().join("src/base.txt").exists() && fx.path().join("src/top.txt").exists());
+    assert!(!fx.path().join("src/other.txt").exists());
+    // An unknown name is invalid input.
+    let done = fx.run(&["--filter", "tpo"], &[]);
+    done.exit(2);
+    assert!(done.stderr.contains("did you mean `top`"), "{}", done.stderr);
+}
+
+#[test]
+fn keep_workspace_keeps_a_failed_tasks_workspace() {
+    let task = "task \"t\" {\n    goal \"G.\"\n    agent \"a\"\n    max-iterations 1\n    acceptance {\n        run \"false\"\n    }\n}\n";
+    let fx = Fx::new(&sh_agent("a", "echo changed > src/a.txt"), task);
+    fx.file("src/a.txt", "a\n");
+    let done = fx.run(&["--keep-workspace"], &[]);
+    done.exit(1);
+    let line = done.stdout.lines().find(|l| l.contains("workspace kept:")).unwrap_or_else(|| panic!("{}", done.stdout));
+    let kept = PathBuf::from(line.split("workspace kept:").nth(1).unwrap().trim());
+    assert!(kept.is_dir(), "{}", kept.display());
+    // The change is there to inspect (overlay: the upper dir; copy: the copy).
+    let found = ["upper/src/a.txt", "project/src/a.txt"]
+        .iter()
+        .any(|rel| std::fs::read_to_string(kept.join(rel)).is_ok_and(|t| t == "changed\n"));
+    assert!(found, "the kept workspace does not hold the change: {}", kept.display());
+    cassist::workspace::remove_tree(&kept);
+    // Without the flag nothing is kept.
+    let done = fx.run(&[], &[]);
+    done.exit(1);
+    assert!(!done.stdout.contains("workspace kept:"), "{}", done.stdout);
+}

@@ -286,9 +286,16 @@ pub fn clamp(span: SourceSpan, len: usize) -> SourceSpan {
 
 /// The nearest valid word to `word`, for "did you mean" hints.
 pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let word = word.to_lowercase();
     let mut best: Option<(f64, &str)> = None;
     for c in candidates {
-        let score = strsim::jaro_winkler(&word.to_lowercase(), &c.to_lowercase());
+        let lc = c.to_lowercase();
+        let jw = strsim::jaro_winkler(&word, &lc);
+        // Short words: one edit (a transposition counts as one) is close
+        // enough even when Jaro-Winkler says otherwise (`tpo` for `top`).
+        let edits = strsim::damerau_levenshtein(&word, &lc);
+        let near = edits <= (word.chars().count().max(lc.chars().count()) / 4).max(1);
+        let score = if near { jw.max(0.8) + 0.05 } else { jw };
         if score >= 0.8 && best.is_none_or(|(s, _)| score > s) {
             best = Some((score, c));
         }
