@@ -26,9 +26,9 @@ AGENTS=(
   "claude  claude-code-2.1.197  @anthropic-ai/claude-code@2.1.197  node_modules/@anthropic-ai/claude-code/bin/claude.exe  node_modules/@anthropic-ai/claude-code/install.cjs"
   "droid   droid-0.225.2        @factory/cli-linux-x64@0.225.2     node_modules/@factory/cli-linux-x64/bin/droid"
   # --- OpenAI Responses side (Codex) ---
-  # "codex   codex-0.171.0        @openai/codex@0.171.0              node_modules/@openai/codex/bin/codex.js"
+  "codex   codex-0.171.0        @openai/codex@0.171.0              node_modules/@openai/codex/bin/codex.js"
   # --- Gemini side ---
-  # "gemini  gemini-cli-0.61.0    @google/gemini-cli@0.61.0          node_modules/@google/gemini-cli/bundle/gemini.js"
+  "gemini  gemini-cli-0.61.0    @google/gemini-cli@0.61.0          node_modules/@google/gemini-cli/bundle/gemini.js"
 )
 # ---------------------------------------------------------------------------
 
