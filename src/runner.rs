@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::accept::{self, AcceptanceResult};
+use crate::agent::adapter::{AdapterInput, ErrorKind, READ_ONLY_TURN_CAP, read_tail};
 use crate::agent::invoke::{self, Invocation, Placeholders};
 use crate::changes::{ChangeSet, unified_diff};
 use crate::plan::{Plan, PlannedTask};
@@ -318,8 +319,23 @@ impl Runner<'_> {
             let agent = &candidates[0];
             report.agent = agent.inv.name.clone();
             self.phase(name, "agent", attempt, agent.inv.name.clone());
+            // A built-in adapter maps the sandbox level, the kind, the turn
+            // cap and the budget onto its CLI's own flags.
+            let base_argv = match agent.inv.builtin {
+                Some(b) => b.argv(&AdapterInput {
+                    sandbox: t.sandbox,
+                    read_only_kind: t.task.kind.is_read_only(),
+                    max_turns: t.task.kind.is_read_only().then_some(READ_ONLY_TURN_CAP),
+                    max_cost: t.max_cost,
+                    prompt_file: &prompt_file,
+                    workdir: &ws.dir,
+                    io_dir: &io,
+                    userns: self.mode == Mode::Overlay || crate::sandbox::userns_available(),
+                }),
+                None => agent.inv.argv.clone(),
+            };
             let argv = invoke::fill_argv(
-                &agent.inv.argv,
+                &base_argv,
                 &Placeholders { prompt: &prompt, prompt_file: &prompt_file, workdir: &ws.dir, task: name },
             );
             let mut extra: Vec<(String, OsString)> = vec![
@@ -329,8 +345,8 @@ impl Runner<'_> {
                 ("CASSIST_PROMPT_FILE".into(), prompt_file.clone().into()),
                 ("CASSIST_RESULT_FILE".into(), result_file.clone().into()),
             ];
-            if agent.inv.name == "claude" {
-                extra.push(("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()));
+            if let Some(b) = agent.inv.builtin {
+                extra.extend(b.extra_env().into_iter().map(|(k, v)| (k, OsString::from(v))));
             }
             // A private temp folder, inside the agent's writable io folder.
             let tmp = io.join("tmp");
@@ -419,6 +435,48 @@ impl Runner<'_> {
                 _ => {}
             }
 
+            // What the CLI's machine-readable output says.
+            let parsed = agent.inv.builtin.map(|b| b.parse(&read_tail(&transcript, 4 << 20), finished.outcome, &io));
+            if let Some(p) = &parsed {
+                let _ = std::fs::write(
+                    record.join(format!("agent-{attempt}.json")),
+                    self.redactor.redact(&serde_json::to_string_pretty(p).unwrap_or_default()),
+                );
+                if let Some(c) = p.cost_usd {
+                    report.cost_usd = Some(report.cost_usd.unwrap_or(0.0) + c);
+                }
+                if let Some(err) = &p.error {
+                    let message = self.redactor.redact(&err.message);
+                    let agent_name = agent.inv.name.clone();
+                    match err.kind {
+                        ErrorKind::RateLimited | ErrorKind::Overloaded if candidates.len() > 1 => {
+                            let gone = candidates.remove(0);
+                            (self.events)(Event::Note {
+                                task: name,
+                                message: format!(
+                                    "`{}` is {}; trying `{}`",
+                                    gone.inv.name,
+                                    if err.kind == ErrorKind::RateLimited { "rate limited" } else { "overloaded" },
+                                    candidates[0].inv.name
+                                ),
+                            });
+                            continue;
+                        }
+                        ErrorKind::RateLimited
+                        | ErrorKind::Overloaded
+                        | ErrorKind::Auth
+                        | ErrorKind::BudgetExceeded
+                        | ErrorKind::TurnCap => {
+                            report.state = TaskState::Failed;
+                            report.reason = Some(agent_error_reason(&agent_name, err.kind, &message));
+                            report.tail = finished.tail;
+                            return Err(());
+                        }
+                        ErrorKind::PermissionDenied | ErrorKind::ToolFailed | ErrorKind::Other => {}
+                    }
+                }
+            }
+
             // The agent's own report.
             let agent_report = read_result_file(&result_file);
             if let Some(Err(reason)) = &agent_report {
@@ -428,12 +486,21 @@ impl Runner<'_> {
             }
             let summary = match &agent_report {
                 Some(Ok(Some(s))) => Some(s.clone()),
-                _ => last_message(&finished.tail),
+                _ => parsed.as_ref().and_then(|p| p.summary.clone()).or_else(|| last_message(&finished.tail)),
             };
             report.summary = summary.map(|s| self.redactor.redact(&s));
 
-            if !finished.success() {
-                let why = format!("the agent exited with {}", finished.describe());
+            // A CLI that exits 0 after refused or failed tool calls failed.
+            let soft_failure = parsed
+                .as_ref()
+                .and_then(|p| p.error.as_ref())
+                .filter(|e| matches!(e.kind, ErrorKind::PermissionDenied | ErrorKind::ToolFailed))
+                .map(|e| self.redactor.redact(&e.message));
+            if !finished.success() || soft_failure.is_some() {
+                let why = match &soft_failure {
+                    Some(m) if finished.success() => format!("the agent's tool calls failed ({m})"),
+                    _ => format!("the agent exited with {}", finished.describe()),
+                };
                 if iteration >= t.max_iterations {
                     report.state = TaskState::Failed;
                     report.reason = Some(why);
@@ -678,6 +745,20 @@ impl Runner<'_> {
         if level == crate::spec::SandboxLevel::WorkspaceWrite {
             paths.push(workspace.to_path_buf());
         }
+        for var in ["CODEX_HOME", "CLAUDE_CONFIG_DIR"] {
+            if inv.pass_env.iter().any(|v| v == var)
+                && let Some(p) = std::env::var_os(var).map(PathBuf::from)
+                && !p.starts_with(root)
+            {
+                paths.push(p);
+            }
+        }
+        if inv.name == "claude"
+            && let Some(f) = crate::agent::adapter::home_path(".claude.json")
+            && f.exists()
+        {
+            paths.push(f);
+        }
         if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
             for rel in crate::agent::state_dirs(&inv.name) {
                 let p = home.join(rel);
@@ -710,6 +791,28 @@ impl Runner<'_> {
         c.timeout = timeout;
         c.transcript = Some(log.to_path_buf());
         process::run(&c, self.redactor, &self.cancel)
+    }
+}
+
+/// The reason of a task ended by an agent error that retrying the same
+/// prompt cannot fix.
+fn agent_error_reason(agent: &str, kind: ErrorKind, message: &str) -> String {
+    let first: String = message.lines().next().unwrap_or("").chars().take(300).collect();
+    match kind {
+        ErrorKind::RateLimited => format!(
+            "agent `{agent}` is rate limited by its model API ({first}); retry later, or add another agent to a `try` chain"
+        ),
+        ErrorKind::Overloaded => format!(
+            "agent `{agent}`: its model API is overloaded ({first}); retry later, or add another agent to a `try` chain"
+        ),
+        ErrorKind::Auth => format!(
+            "agent `{agent}` is not logged in or its key was refused ({first}); log in with the CLI, or set its API key variable"
+        ),
+        ErrorKind::BudgetExceeded => {
+            format!("agent `{agent}` reached the budget (max-cost) before finishing ({first})")
+        }
+        ErrorKind::TurnCap => format!("agent `{agent}` reached its turn cap before finishing ({first})"),
+        _ => format!("agent `{agent}` failed: {first}"),
     }
 }
 

@@ -361,3 +361,10 @@ pub fn probe(dir: &Path, lower: Option<&Path>) -> ! {
         Err(_) => std::process::exit(1),
     }
 }
+
+/// Whether this process could make a user namespace (for agents that bring
+/// their own namespace sandbox, like Codex's bubblewrap).
+pub fn userns_available() -> bool {
+    std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+        .is_ok_and(|s| s.trim().parse::<u64>().is_ok_and(|n| n > 0))
+}

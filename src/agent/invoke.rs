@@ -21,6 +21,8 @@ pub struct Invocation {
     pub pass_env: Vec<String>,
     /// Whether the prompt goes on stdin (always, for custom agents too).
     pub stdin_prompt: bool,
+    /// The adapter of a built-in agent.
+    pub builtin: Option<super::Builtin>,
 }
 
 /// Why no agent could be started.
@@ -60,6 +62,7 @@ pub fn invocation(config: &ProjectConfig, name: &str) -> Option<Invocation> {
                 argv: argv.clone(),
                 pass_env: agent.pass_env.clone(),
                 stdin_prompt: true,
+                builtin: None,
             }),
             CustomAgentDef::Try(_) => None,
         };

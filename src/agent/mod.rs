@@ -75,30 +75,112 @@ pub fn state_dirs(name: &str) -> Vec<&'static str> {
     own.iter().copied().chain([".cache"]).collect()
 }
 
-/// The command line and variables of a built-in agent (workspace-write
-/// mode; the full adapters map every sandbox level and parse the CLIs'
-/// JSON output).
+pub mod adapter;
+pub mod claude;
+pub mod codex;
+pub mod droid;
+pub mod gemini;
+
+/// A built-in adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Builtin {
+    Claude,
+    Codex,
+    Droid,
+    Gemini,
+}
+
+impl Builtin {
+    pub fn from_name(name: &str) -> Option<Builtin> {
+        Some(match name {
+            "claude" => Builtin::Claude,
+            "codex" => Builtin::Codex,
+            "droid" => Builtin::Droid,
+            "gemini" => Builtin::Gemini,
+            _ => return None,
+        })
+    }
+
+    /// The command line for one run (the prompt goes on stdin too).
+    pub fn argv(self, input: &adapter::AdapterInput<'_>) -> Vec<String> {
+        match self {
+            Builtin::Claude => claude::argv(input),
+            Builtin::Codex => codex::argv(input),
+            Builtin::Droid => droid::argv(input),
+            Builtin::Gemini => gemini::argv(input),
+        }
+    }
+
+    /// Variables passed through from cassist's environment.
+    pub fn env(self) -> &'static [&'static str] {
+        match self {
+            Builtin::Claude => claude::ENV,
+            Builtin::Codex => codex::ENV,
+            Builtin::Droid => droid::ENV,
+            Builtin::Gemini => gemini::ENV,
+        }
+    }
+
+    /// Variables set for every run.
+    pub fn extra_env(self) -> Vec<(String, String)> {
+        match self {
+            Builtin::Claude => claude::EXTRA_ENV.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            Builtin::Droid => droid::extra_env(),
+            Builtin::Codex | Builtin::Gemini => Vec::new(),
+        }
+    }
+
+    /// Parses the CLI's output (the end of its transcript).
+    pub fn parse(self, text: &str, outcome: crate::process::Outcome, io: &Path) -> adapter::AgentOutput {
+        match self {
+            Builtin::Claude => claude::parse(text, outcome),
+            Builtin::Codex => codex::parse(text, outcome, io),
+            Builtin::Droid => droid::parse(text, outcome),
+            Builtin::Gemini => gemini::parse(text, outcome),
+        }
+    }
+}
+
+/// A built-in agent: its program (for finding it) and variables; the
+/// command line is made per run by its adapter.
 pub fn builtin_invocation(name: &str) -> Option<invoke::Invocation> {
-    let (argv, env): (&[&str], &[&str]) = match name {
-        "claude" => (
-            &["claude", "-p", "--output-format", "json", "--permission-mode", "acceptEdits"],
-            &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "CLAUDE_CONFIG_DIR"],
-        ),
-        "codex" => (
-            &["codex", "exec", "--sandbox", "workspace-write", "--json", "--skip-git-repo-check"],
-            &["CODEX_HOME", "OPENAI_API_KEY"],
-        ),
-        "gemini" => (
-            &["gemini", "--output-format", "json", "--approval-mode", "auto_edit", "--skip-trust"],
-            &["GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GEMINI_MODEL"],
-        ),
-        "droid" => (&["droid", "exec", "--auto", "low", "-o", "json", "-f", "{prompt_file}"], &["FACTORY_API_KEY"]),
-        _ => return None,
-    };
+    let b = Builtin::from_name(name)?;
+    let (program, _) = builtin_program(name)?;
     Some(invoke::Invocation {
         name: name.to_owned(),
-        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
-        pass_env: env.iter().map(|s| (*s).to_owned()).collect(),
+        argv: vec![program.to_owned()],
+        pass_env: b.env().iter().map(|s| (*s).to_owned()).collect(),
         stdin_prompt: true,
+        builtin: Some(b),
     })
+}
+
+/// The version of built-in agent `name` as its CLI reports it, cached in
+/// `.cassist/cache/agent-versions` by the program's path, size and mtime,
+/// so planning does not start the CLI each time. `None` when it is not
+/// installed or says nothing.
+pub fn cached_version(state_dir: &Path, name: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let (program, _) = builtin_program(name)?;
+    let path = which(program, None)?;
+    let real = std::fs::canonicalize(&path).unwrap_or(path.clone());
+    let meta = std::fs::metadata(&real).ok()?;
+    let key = format!(
+        "{} {} {}",
+        real.display(),
+        meta.size(),
+        meta.mtime_nsec() as i128 + meta.mtime() as i128 * 1_000_000_000
+    );
+    let cache_file = state_dir.join("cache").join("agent-versions");
+    let mut cache: std::collections::BTreeMap<String, String> =
+        std::fs::read_to_string(&cache_file).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default();
+    if let Some(v) = cache.get(&key) {
+        return Some(v.clone());
+    }
+    let v = version_of(&path, Duration::from_secs(10))?;
+    cache.insert(key, v.clone());
+    if let Ok(json) = serde_json::to_vec_pretty(&cache) {
+        let _ = crate::store::write_atomic(&cache_file, &json);
+    }
+    Some(v)
 }

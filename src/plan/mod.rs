@@ -513,6 +513,25 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
         ProjectKey { setup: config.setup.clone(), test: project.test_commands(), build: config.build.clone() };
     let project_hash = hash_json(&project_key);
 
+    // The version of each built-in agent the plan uses (and those its
+    // failover chains may use) is part of the hash.
+    let mut versions: HashMap<String, Option<String>> = HashMap::new();
+    let state = crate::store::state_dir(&project.root);
+    for task in &tasks {
+        let agent = task
+            .agent
+            .as_ref()
+            .map(|a| a.value.clone())
+            .or_else(|| agent_override.clone())
+            .or_else(|| config.defaults.agent.as_ref().map(|a| a.value.clone()))
+            .unwrap_or_else(|| DEFAULT_AGENT.to_owned());
+        for cand in crate::agent::invoke::candidates(config, &agent) {
+            if crate::agent::BUILTIN_AGENTS.contains(&cand.as_str()) && !versions.contains_key(&cand) {
+                versions.insert(cand.clone(), crate::agent::cached_version(&state, &cand));
+            }
+        }
+    }
+    timing("agent versions");
     let mut planned: Vec<PlannedTask> = Vec::with_capacity(tasks.len());
     let mut done: HashMap<String, String> = HashMap::new();
     for (task, (ctx, refs)) in tasks.into_iter().zip(files) {
@@ -552,7 +571,7 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
                 .collect(),
             depends_on: sorted(&task.depends_on),
         };
-        let agent_key = agent_key(config, &agent);
+        let agent_key = agent_key(config, &agent, &versions);
         let mut inputs = vec![
             Input { kind: "spec", name: task.name.clone(), hash: hash_json(&spec) },
             Input { kind: "agent", name: agent.clone(), hash: hash_json(&agent_key) },
@@ -611,10 +630,10 @@ pub fn effective_sandbox(task: &Task, trust: Option<SandboxLevel>) -> SandboxLev
     }
 }
 
-fn agent_key(config: &crate::spec::ProjectConfig, name: &str) -> AgentKey {
+fn agent_key(config: &crate::spec::ProjectConfig, name: &str, versions: &HashMap<String, Option<String>>) -> AgentKey {
     let mut key = AgentKey {
         name: name.to_owned(),
-        version: None,
+        version: versions.get(name).cloned().flatten(),
         command: Vec::new(),
         pass_env: Vec::new(),
         try_agents: Vec::new(),
