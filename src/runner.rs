@@ -271,10 +271,7 @@ impl Runner<'_> {
         }
 
         let tests = project.test_commands();
-        let instructions = project.instruction_files();
-        let acceptance: Vec<String> = t.task.acceptance.iter().map(|a| a.run.value.clone()).collect();
-        let base_prompt =
-            self.plan.prompt_parts(t, &tests, &instructions, &acceptance, summaries).render(&self.plan.template);
+        let base_prompt = self.plan.render_prompt(t, summaries);
         let read_only = t.task.kind.is_read_only() || t.sandbox == crate::spec::SandboxLevel::ReadOnly;
 
         let mut feedback: Option<String> = None;

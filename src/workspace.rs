@@ -106,21 +106,7 @@ pub type Manifest = HashMap<String, Stamp>;
 /// ignored by `.gitignore`, without `.git/` and `.cassist/`.
 pub fn project_files(root: &Path) -> Vec<(String, std::fs::Metadata)> {
     let mut out = Vec::new();
-    let walker = ignore::WalkBuilder::new(root)
-        .hidden(false)
-        .parents(false)
-        .git_ignore(true)
-        .git_global(false)
-        .git_exclude(true)
-        .require_git(false)
-        .ignore(false)
-        .follow_links(false)
-        .filter_entry(|e| {
-            let name = e.file_name();
-            !(e.depth() == 1 && e.file_type().is_some_and(|t| t.is_dir()) && (name == ".git" || name == ".cassist"))
-        })
-        .build();
-    for entry in walker.flatten() {
+    for entry in crate::plan::context::project_walker(root, false) {
         if entry.file_type().is_some_and(|t| t.is_dir()) {
             continue;
         }

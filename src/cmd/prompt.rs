@@ -15,16 +15,12 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, out: &Output) -> i32 {
         out.print_diagnostics(&[plan.unknown_task(name)]);
         return exit::INVALID_INPUT;
     };
-    let tests = plan.project.test_commands();
-    let instructions = plan.project.instruction_files();
-    let acceptance: Vec<String> = task.task.acceptance.iter().map(|a| a.run.value.clone()).collect();
     // Findings of explore/review dependencies exist only once they ran.
     let summaries: Vec<(String, String)> = plan
         .summary_dependencies(task)
         .iter()
         .map(|d| (d.task.name.clone(), format!("(the final message of `{}` goes here once it has run)", d.task.name)))
         .collect();
-    let parts = plan.prompt_parts(task, &tests, &instructions, &acceptance, &summaries);
-    crate::out!("{}", parts.render(&plan.template));
+    crate::out!("{}", plan.render_prompt(task, &summaries));
     exit::SUCCESS
 }

@@ -222,21 +222,7 @@ impl Resolver {
         let start = if prefix.is_empty() { self.root.clone() } else { self.root.join(prefix) };
         let mut files = Vec::new();
         if start.is_dir() && self.check_dir(&start, prefix).is_ok() {
-            let walker = ignore::WalkBuilder::new(&start)
-                .hidden(false)
-                .parents(true)
-                .git_ignore(true)
-                .git_global(false)
-                .git_exclude(true)
-                .require_git(false)
-                .ignore(false)
-                .follow_links(false)
-                .filter_entry(|e| {
-                    let name = e.file_name();
-                    !(e.file_type().is_some_and(|t| t.is_dir()) && (name == ".git" || name == ".cassist"))
-                })
-                .build();
-            for entry in walker.flatten() {
+            for entry in project_walker(&start, true) {
                 let Some(ft) = entry.file_type() else { continue };
                 if ft.is_dir() {
                     continue;
@@ -251,6 +237,28 @@ impl Resolver {
         self.listings.insert(prefix.to_owned(), Arc::clone(&files));
         files
     }
+}
+
+/// Walks the files a project shows: what git does not ignore (`.gitignore`
+/// files, `.git/info/exclude`; `parents`: those of the folders above
+/// `start` too), hidden files included, `.git/` and `.cassist/` folders
+/// left out, symlinks not followed.
+pub fn project_walker(start: &Path, parents: bool) -> impl Iterator<Item = ignore::DirEntry> {
+    ignore::WalkBuilder::new(start)
+        .hidden(false)
+        .parents(parents)
+        .git_ignore(true)
+        .git_global(false)
+        .git_exclude(true)
+        .require_git(false)
+        .ignore(false)
+        .follow_links(false)
+        .filter_entry(|e| {
+            let name = e.file_name();
+            !(e.file_type().is_some_and(|t| t.is_dir()) && (name == ".git" || name == ".cassist"))
+        })
+        .build()
+        .flatten()
 }
 
 /// `./a//b/` → `a/b`; `a/../b` → `b` (escapes were rejected earlier).

@@ -118,27 +118,26 @@ impl Plan {
     }
 
     /// The prompt parts of a task.
-    pub fn prompt_parts<'a>(
-        &'a self,
-        t: &'a PlannedTask,
-        tests: &'a [String],
-        instructions: &'a [String],
-        acceptance: &'a [String],
-        summaries: &'a [(String, String)],
-    ) -> crate::prompt::PromptParts<'a> {
+    /// The prompt of `t` (SPEC 3.1), with the findings of its
+    /// explore/review dependencies.
+    pub fn render_prompt(&self, t: &PlannedTask, summaries: &[(String, String)]) -> String {
+        let tests = self.project.test_commands();
+        let instructions = self.project.instruction_files();
+        let acceptance: Vec<String> = t.task.acceptance.iter().map(|a| a.run.value.clone()).collect();
         crate::prompt::PromptParts {
             task: &t.task.name,
             kind: t.task.kind,
             goal: &t.task.goal,
             context_files: &t.context_files,
-            instruction_files: instructions,
+            instruction_files: &instructions,
             dependency_summaries: summaries,
             scope: &t.key.spec.scope,
             constraints: &t.task.constraints,
-            acceptance,
-            test_commands: tests,
+            acceptance: &acceptance,
+            test_commands: &tests,
             reference_files: &t.reference_files,
         }
+        .render(&self.template)
     }
 
     /// The explore/review tasks `t` depends on: their findings go into its
@@ -313,6 +312,18 @@ fn timing(phase: &str) {
     }
 }
 
+/// `f` over `items` split in one chunk per core (at most 8), on scoped
+/// threads; the results in the items' order.
+fn par_chunks<T: Sync, R: Send>(items: &[T], f: impl Fn(&[T]) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let chunk = items.len().div_ceil(threads).max(1);
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items.chunks(chunk).map(|part| s.spawn(move || f(part))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    })
+}
+
 /// Reads and parses task files on all cores; results keep the files'
 /// order. `partial` is true when some file could not be parsed at all.
 fn parse_files(
@@ -322,47 +333,37 @@ fn parse_files(
     diags: &mut Diagnostics,
 ) -> (Vec<Task>, bool) {
     let cache_ro: &SpecCache = cache;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
-    let chunk = files.len().div_ceil(threads).max(1);
     type Parsed = (Vec<Task>, bool, Diagnostics, Vec<(Arc<SourceFile>, Vec<Task>)>);
-    let results: Vec<Parsed> = std::thread::scope(|s| {
-        let handles: Vec<_> = files
-            .chunks(chunk)
-            .map(|part| {
-                s.spawn(move || {
-                    let mut diags = Diagnostics::default();
-                    let mut tasks = Vec::new();
-                    let mut partial = false;
-                    let mut fresh = Vec::new();
-                    for path in part {
-                        match read_source(path, project.display(path)) {
-                            Ok(src) => {
-                                if let Some(t) = cache_ro.get(&src) {
-                                    tasks.extend(t);
-                                    continue;
-                                }
-                                let before = diags.len();
-                                match parse_task_file(&src, &mut diags) {
-                                    Some(t) => {
-                                        if diags.len() == before {
-                                            fresh.push((Arc::clone(&src), t.clone()));
-                                        }
-                                        tasks.extend(t);
-                                    }
-                                    None => partial = true,
-                                }
-                            }
-                            Err(d) => {
-                                diags.push(d);
-                                partial = true;
-                            }
-                        }
+    let results: Vec<Parsed> = par_chunks(files, |part| {
+        let mut diags = Diagnostics::default();
+        let mut tasks = Vec::new();
+        let mut partial = false;
+        let mut fresh = Vec::new();
+        for path in part {
+            match read_source(path, project.display(path)) {
+                Ok(src) => {
+                    if let Some(t) = cache_ro.get(&src) {
+                        tasks.extend(t);
+                        continue;
                     }
-                    (tasks, partial, diags, fresh)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+                    let before = diags.len();
+                    match parse_task_file(&src, &mut diags) {
+                        Some(t) => {
+                            if diags.len() == before {
+                                fresh.push((Arc::clone(&src), t.clone()));
+                            }
+                            tasks.extend(t);
+                        }
+                        None => partial = true,
+                    }
+                }
+                Err(d) => {
+                    diags.push(d);
+                    partial = true;
+                }
+            }
+        }
+        (tasks, partial, diags, fresh)
     });
     let mut tasks = Vec::new();
     let mut partial = false;
@@ -380,32 +381,22 @@ fn parse_files(
 /// Resolves every task's context, reference and scope patterns, on all
 /// cores (each thread with its own listing caches).
 fn resolve_tasks(root: &Path, tasks: &[Task], diags: &mut Diagnostics) -> Vec<TaskFiles> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
-    let chunk = tasks.len().div_ceil(threads).max(1);
-    let results: Vec<(Vec<TaskFiles>, Diagnostics)> = std::thread::scope(|s| {
-        let handles: Vec<_> = tasks
-            .chunks(chunk)
-            .map(|part| {
-                s.spawn(move || {
-                    let mut resolver = Resolver::new(root);
-                    let mut diags = Diagnostics::default();
-                    let mut out = Vec::with_capacity(part.len());
-                    for t in part {
-                        let ctx = resolve_all(&mut resolver, t, &t.context, true, &mut diags);
-                        let refs = resolve_all(&mut resolver, t, &t.reference, true, &mut diags);
-                        for s in &t.scope {
-                            // Scope globs may match nothing, but must not lead outside.
-                            if let Err(ResolveError::Escapes { path, target }) = resolver.resolve(&s.value) {
-                                diags.push(escape_diag(t, s.span, &path, &target));
-                            }
-                        }
-                        out.push((ctx, refs));
-                    }
-                    (out, diags)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    let results: Vec<(Vec<TaskFiles>, Diagnostics)> = par_chunks(tasks, |part| {
+        let mut resolver = Resolver::new(root);
+        let mut diags = Diagnostics::default();
+        let mut out = Vec::with_capacity(part.len());
+        for t in part {
+            let ctx = resolve_all(&mut resolver, t, &t.context, true, &mut diags);
+            let refs = resolve_all(&mut resolver, t, &t.reference, true, &mut diags);
+            for s in &t.scope {
+                // Scope globs may match nothing, but must not lead outside.
+                if let Err(ResolveError::Escapes { path, target }) = resolver.resolve(&s.value) {
+                    diags.push(escape_diag(t, s.span, &path, &target));
+                }
+            }
+            out.push((ctx, refs));
+        }
+        (out, diags)
     });
     let mut out = Vec::with_capacity(tasks.len());
     for (files, d) in results {
@@ -518,13 +509,7 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
     let mut versions: HashMap<String, Option<String>> = HashMap::new();
     let state = crate::store::state_dir(&project.root);
     for task in &tasks {
-        let agent = task
-            .agent
-            .as_ref()
-            .map(|a| a.value.clone())
-            .or_else(|| agent_override.clone())
-            .or_else(|| config.defaults.agent.as_ref().map(|a| a.value.clone()))
-            .unwrap_or_else(|| DEFAULT_AGENT.to_owned());
+        let agent = resolve_agent(task, agent_override.as_deref(), config);
         for cand in crate::agent::invoke::candidates(config, &agent) {
             if crate::agent::BUILTIN_AGENTS.contains(&cand.as_str()) && !versions.contains_key(&cand) {
                 versions.insert(cand.clone(), crate::agent::cached_version(&state, &cand));
@@ -535,13 +520,7 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
     let mut planned: Vec<PlannedTask> = Vec::with_capacity(tasks.len());
     let mut done: HashMap<String, String> = HashMap::new();
     for (task, (ctx, refs)) in tasks.into_iter().zip(files) {
-        let agent = task
-            .agent
-            .as_ref()
-            .map(|a| a.value.clone())
-            .or_else(|| agent_override.clone())
-            .or_else(|| config.defaults.agent.as_ref().map(|a| a.value.clone()))
-            .unwrap_or_else(|| DEFAULT_AGENT.to_owned());
+        let agent = resolve_agent(&task, agent_override.as_deref(), config);
         let sandbox = effective_sandbox(&task, config.trust.map(|t| t.level));
         let timeout = task.timeout.or(config.defaults.timeout).unwrap_or(DEFAULT_TIMEOUT);
         let max_iterations = task.max_iterations.or(config.defaults.max_iterations).unwrap_or(DEFAULT_MAX_ITERATIONS);
@@ -614,6 +593,17 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
     }
     timing("hash tasks");
     Ok(Plan { project, tasks: planned, template: template.1, template_name: template.0, warnings, files_hashed })
+}
+
+/// A task's agent: its own, else `--agent`/`CASSIST_AGENT`, else
+/// `defaults.agent`, else `claude` (SPEC 2).
+pub fn resolve_agent(task: &Task, agent_override: Option<&str>, config: &crate::spec::ProjectConfig) -> String {
+    task.agent
+        .as_ref()
+        .map(|a| a.value.clone())
+        .or_else(|| agent_override.map(str::to_owned))
+        .or_else(|| config.defaults.agent.as_ref().map(|a| a.value.clone()))
+        .unwrap_or_else(|| DEFAULT_AGENT.to_owned())
 }
 
 /// The sandbox a task runs under: read-only kinds are forced read-only; no
