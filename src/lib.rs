@@ -36,6 +36,7 @@ pub mod changes;
 pub mod cli;
 pub mod cmd;
 pub mod exit;
+pub mod lock;
 pub mod plan;
 pub mod process;
 pub mod project;

@@ -40,3 +40,310 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
+
+/// The content-addressed store `.cassist/store/`: `objects/` holds blobs
+/// named by their blake3 hash, `entries/` one JSON document per recorded
+/// task run, named by the task's input hash before the run. Every write is
+/// atomic (temp file + rename) and objects are written before the entry
+/// that names them, so a crash never leaves an entry with missing parts.
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+/// One change of a recorded patch; contents are objects of the store.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredChange {
+    pub path: String,
+    #[serde(flatten)]
+    pub kind: crate::changes::ChangeKind,
+    /// Hash of the content before (none for added files).
+    pub old: Option<String>,
+    /// Hash of the content after (none for deleted files).
+    pub new: Option<String>,
+    pub mode: u32,
+}
+
+/// A recorded task run.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Entry {
+    pub format: u32,
+    pub task: String,
+    /// Input hash before the run (the entry's name) and after integration.
+    pub before: String,
+    pub after: String,
+    /// Hash of `changes` (canonical JSON).
+    pub patch: String,
+    pub changes: Vec<StoredChange>,
+    /// The input key document the `before` hash was made from.
+    pub key: serde_json::Value,
+    pub agent: String,
+    pub agent_version: Option<String>,
+    pub date: String,
+    pub summary: Option<String>,
+    pub cost_usd: Option<f64>,
+    pub duration_ms: u64,
+    pub attempts: u32,
+    /// Named records (prompts, transcripts, review, acceptance, patch.diff)
+    /// → object hash.
+    pub records: std::collections::BTreeMap<String, String>,
+}
+
+pub const ENTRY_FORMAT: u32 = 1;
+
+impl Store {
+    pub fn open(root: &Path) -> Store {
+        Store { dir: state_dir(root).join("store") }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn object_path(&self, hash: &str) -> PathBuf {
+        let (a, b) = hash.split_at(2.min(hash.len()));
+        self.dir.join("objects").join(a).join(b)
+    }
+
+    /// Stores `bytes`; returns their hash.
+    pub fn put_object(&self, bytes: &[u8]) -> std::io::Result<String> {
+        let hash = blake3::hash(bytes).to_hex().to_string();
+        let path = self.object_path(&hash);
+        if !path.exists() {
+            write_atomic(&path, bytes)?;
+        }
+        Ok(hash)
+    }
+
+    /// The bytes of an object, checked against their hash.
+    pub fn get_object(&self, hash: &str) -> std::io::Result<Vec<u8>> {
+        let bytes = std::fs::read(self.object_path(hash))?;
+        if blake3::hash(&bytes).to_hex().as_str() != hash {
+            return Err(std::io::Error::other(format!("store object {hash} is corrupt")));
+        }
+        Ok(bytes)
+    }
+
+    pub fn has_object(&self, hash: &str) -> bool {
+        self.object_path(hash).is_file()
+    }
+
+    fn entry_path(&self, before: &str) -> PathBuf {
+        self.dir.join("entries").join(format!("{before}.json"))
+    }
+
+    /// Records an entry (its objects must be stored already).
+    pub fn put_entry(&self, entry: &Entry) -> std::io::Result<()> {
+        let json = serde_json::to_vec_pretty(entry).map_err(std::io::Error::other)?;
+        write_atomic(&self.entry_path(&entry.before), &json)
+    }
+
+    /// The entry recorded for input hash `before`, if it is whole: every
+    /// object it names is present.
+    pub fn get_entry(&self, before: &str) -> Option<Entry> {
+        let text = std::fs::read(self.entry_path(before)).ok()?;
+        let entry: Entry = serde_json::from_slice(&text).ok()?;
+        if entry.format != ENTRY_FORMAT {
+            return None;
+        }
+        let complete = entry.changes.iter().all(|c| c.new.as_deref().is_none_or(|h| self.has_object(h)));
+        complete.then_some(entry)
+    }
+
+    /// Every entry with its size on disk (entry and objects) and age.
+    pub fn list(&self) -> Vec<(Entry, u64, std::time::SystemTime)> {
+        let mut out = Vec::new();
+        let Ok(rd) = std::fs::read_dir(self.dir.join("entries")) else { return out };
+        for e in rd.flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            let Ok(bytes) = std::fs::read(e.path()) else { continue };
+            let Ok(entry) = serde_json::from_slice::<Entry>(&bytes) else { continue };
+            let objects: u64 = entry
+                .changes
+                .iter()
+                .filter_map(|c| c.new.as_deref())
+                .chain(entry.records.values().map(String::as_str))
+                .filter_map(|h| std::fs::metadata(self.object_path(h)).ok())
+                .map(|m| m.len())
+                .sum();
+            out.push((entry, meta.len() + objects, meta.modified().unwrap_or(std::time::UNIX_EPOCH)));
+        }
+        out.sort_by(|a, b| b.2.cmp(&a.2));
+        out
+    }
+
+    /// Removes entries not in `keep` beyond the newest `newest`, then every
+    /// object no remaining entry names. Returns (entries removed, bytes freed).
+    pub fn gc(&self, keep: &std::collections::HashSet<String>, newest: usize) -> std::io::Result<(usize, u64)> {
+        let entries = self.list();
+        let mut removed = 0;
+        let mut live: std::collections::HashSet<String> = std::collections::HashSet::new();
+        for (i, (e, _, _)) in entries.iter().enumerate() {
+            if i < newest || keep.contains(&e.before) {
+                live.extend(e.changes.iter().filter_map(|c| c.new.clone()));
+                live.extend(e.changes.iter().filter_map(|c| c.old.clone()));
+                live.extend(e.records.values().cloned());
+            } else {
+                std::fs::remove_file(self.entry_path(&e.before))?;
+                removed += 1;
+            }
+        }
+        let mut freed = 0;
+        for entry in walkdir::WalkDir::new(self.dir.join("objects")).into_iter().flatten() {
+            if !entry.file_type().is_file() {
+                continue;
+            }
+            let p = entry.path();
+            let name = format!(
+                "{}{}",
+                p.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+            );
+            if !live.contains(&name) {
+                freed += entry.metadata().map_or(0, |m| m.len());
+                std::fs::remove_file(p)?;
+            }
+        }
+        Ok((removed, freed))
+    }
+
+    /// Removes the whole store.
+    pub fn clean(&self) -> std::io::Result<()> {
+        match std::fs::remove_dir_all(&self.dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An exclusive lock on a project's `.cassist/`, held while a run records
+/// results: two cassist processes on one project take turns instead of
+/// corrupting the store or running the same task twice.
+pub struct ProjectLock {
+    _file: std::fs::File,
+}
+
+impl ProjectLock {
+    /// Waits for the lock; `on_wait` is called once if another process
+    /// holds it.
+    pub fn acquire(root: &Path, on_wait: impl FnOnce()) -> std::io::Result<ProjectLock> {
+        let dir = ensure_state_dir(root)?;
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("lock"))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                on_wait();
+                file.lock()?;
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+        Ok(ProjectLock { _file: file })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_round_trip_and_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        let h = store.put_object(b"hello").unwrap();
+        assert_eq!(store.get_object(&h).unwrap(), b"hello");
+        assert!(store.has_object(&h));
+        std::fs::write(store.object_path(&h), b"tampered").unwrap();
+        assert!(store.get_object(&h).is_err(), "a corrupt object is refused");
+    }
+
+    #[test]
+    fn an_entry_with_a_missing_object_is_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        let h = store.put_object(b"new content").unwrap();
+        let entry = Entry {
+            format: ENTRY_FORMAT,
+            task: "t".into(),
+            before: "b".into(),
+            after: "a".into(),
+            patch: "p".into(),
+            changes: vec![StoredChange {
+                path: "x".into(),
+                kind: crate::changes::ChangeKind::Added,
+                old: None,
+                new: Some(h.clone()),
+                mode: 0o100644,
+            }],
+            key: serde_json::json!({}),
+            agent: "demo".into(),
+            agent_version: None,
+            date: String::new(),
+            summary: None,
+            cost_usd: None,
+            duration_ms: 1,
+            attempts: 1,
+            records: Default::default(),
+        };
+        store.put_entry(&entry).unwrap();
+        assert!(store.get_entry("b").is_some());
+        std::fs::remove_file(store.object_path(&h)).unwrap();
+        assert!(store.get_entry("b").is_none());
+    }
+
+    #[test]
+    fn gc_keeps_what_is_referenced_and_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            let h = store.put_object(format!("content {i}").as_bytes()).unwrap();
+            let entry = Entry {
+                format: ENTRY_FORMAT,
+                task: (*name).into(),
+                before: (*name).into(),
+                after: String::new(),
+                patch: String::new(),
+                changes: vec![StoredChange {
+                    path: "x".into(),
+                    kind: crate::changes::ChangeKind::Added,
+                    old: None,
+                    new: Some(h),
+                    mode: 0o100644,
+                }],
+                key: serde_json::json!({}),
+                agent: "demo".into(),
+                agent_version: None,
+                date: String::new(),
+                summary: None,
+                cost_usd: None,
+                duration_ms: 1,
+                attempts: 1,
+                records: Default::default(),
+            };
+            store.put_entry(&entry).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let keep: std::collections::HashSet<String> = ["a".to_owned()].into();
+        let (removed, freed) = store.gc(&keep, 1).unwrap();
+        assert_eq!(removed, 1, "b goes: not kept, not the newest");
+        assert!(freed > 0);
+        assert!(store.get_entry("a").is_some() && store.get_entry("c").is_some() && store.get_entry("b").is_none());
+    }
+
+    #[test]
+    fn the_project_lock_is_exclusive() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = ProjectLock::acquire(dir.path(), || {}).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = dir.path().to_path_buf();
+        let t = std::thread::spawn(move || {
+            let mut waited = false;
+            let _second = ProjectLock::acquire(&root, || waited = true).unwrap();
+            tx.send(waited).unwrap();
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(rx.try_recv().is_err(), "the second lock must wait");
+        drop(first);
+        assert!(rx.recv().unwrap(), "the waiter was told it waits");
+        t.join().unwrap();
+    }
+}

@@ -1,0 +1,215 @@
+//! `cassist.lock`: the recorded result of each task, meant to be committed
+//! (SPEC 4). KDL, sorted by task name, one block per task, so diffs stay
+//! small and stable:
+//!
+//! ```kdl
+//! // cassist.lock: what cassist run recorded. Commit this file.
+//! version 1
+//! task "add-slugify" {
+//!     before "<input hash before the run>"
+//!     after "<input hash after integration>"
+//!     patch "<hash of the integrated change>"
+//!     agent "claude" version="2.1.197 (Claude Code)"
+//!     date "2026-11-30T12:00:00Z"
+//! }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use kdl::{KdlDocument, KdlValue};
+
+pub const LOCK_FILE: &str = "cassist.lock";
+const VERSION: i128 = 1;
+
+/// One task's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockEntry {
+    pub before: String,
+    pub after: String,
+    pub patch: String,
+    pub agent: String,
+    pub agent_version: Option<String>,
+    pub date: String,
+}
+
+/// The whole lock file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lock {
+    pub tasks: BTreeMap<String, LockEntry>,
+}
+
+/// Why a lock file could not be read.
+#[derive(Debug)]
+pub struct LockError(pub String);
+
+impl Lock {
+    pub fn path(root: &Path) -> PathBuf {
+        root.join(LOCK_FILE)
+    }
+
+    /// Reads `cassist.lock`; a missing file is an empty lock.
+    pub fn load(root: &Path) -> Result<Lock, LockError> {
+        let path = Lock::path(root);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Lock::default()),
+            Err(e) => return Err(LockError(format!("cannot read {LOCK_FILE}: {e}"))),
+        };
+        Lock::parse(&text)
+    }
+
+    pub fn parse(text: &str) -> Result<Lock, LockError> {
+        let doc = KdlDocument::parse_v2(text).map_err(|e| {
+            let at = e.diagnostics.first().map(|d| d.span.offset()).unwrap_or(0);
+            let line = text[..at.min(text.len())].matches('\n').count() + 1;
+            LockError(format!(
+                "{LOCK_FILE} is not valid KDL (line {line}); restore it from version control or delete it"
+            ))
+        })?;
+        let mut lock = Lock::default();
+        for node in doc.nodes() {
+            match node.name().value() {
+                "version" => match node.get(0) {
+                    Some(KdlValue::Integer(VERSION)) => {}
+                    other => {
+                        return Err(LockError(format!(
+                            "{LOCK_FILE} has version {other:?}, this cassist reads version {VERSION}; upgrade cassist"
+                        )));
+                    }
+                },
+                "task" => {
+                    let Some(KdlValue::String(name)) = node.get(0) else {
+                        return Err(LockError(format!("{LOCK_FILE}: a task without a name")));
+                    };
+                    let get = |key: &str| -> Option<String> {
+                        node.children()?.get(key)?.get(0).and_then(|v| v.as_string()).map(str::to_owned)
+                    };
+                    let field = |key: &str| {
+                        get(key).ok_or_else(|| LockError(format!("{LOCK_FILE}: task `{name}` has no `{key}`")))
+                    };
+                    let agent_node = node.children().and_then(|c| c.get("agent"));
+                    lock.tasks.insert(
+                        name.clone(),
+                        LockEntry {
+                            before: field("before")?,
+                            after: field("after")?,
+                            patch: field("patch")?,
+                            agent: field("agent")?,
+                            agent_version: agent_node
+                                .and_then(|n| n.get("version"))
+                                .and_then(|v| v.as_string())
+                                .map(str::to_owned),
+                            date: get("date").unwrap_or_default(),
+                        },
+                    );
+                }
+                _ => {} // Unknown nodes from a newer cassist are ignored.
+            }
+        }
+        Ok(lock)
+    }
+
+    /// The file's text: sorted, stable.
+    pub fn render(&self) -> String {
+        let mut out =
+            String::from("// cassist.lock: what `cassist run` recorded for each task. Commit this file.\nversion 1\n");
+        for (name, e) in &self.tasks {
+            out.push_str(&format!("\ntask {}{{\n", quote(name) + " "));
+            out.push_str(&format!("    before {}\n", quote(&e.before)));
+            out.push_str(&format!("    after {}\n", quote(&e.after)));
+            out.push_str(&format!("    patch {}\n", quote(&e.patch)));
+            match &e.agent_version {
+                Some(v) => out.push_str(&format!("    agent {} version={}\n", quote(&e.agent), quote(v))),
+                None => out.push_str(&format!("    agent {}\n", quote(&e.agent))),
+            }
+            out.push_str(&format!("    date {}\n", quote(&e.date)));
+            out.push_str("}\n");
+        }
+        out
+    }
+
+    /// Writes the file atomically.
+    pub fn save(&self, root: &Path) -> std::io::Result<()> {
+        crate::store::write_atomic(&Lock::path(root), self.render().as_bytes())
+    }
+}
+
+/// A KDL string literal.
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The current time, RFC 3339 in UTC, to the second.
+pub fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(n: u8) -> LockEntry {
+        LockEntry {
+            before: format!("{n}b"),
+            after: format!("{n}a"),
+            patch: format!("{n}p"),
+            agent: "claude".into(),
+            agent_version: Some("2.1.197 (Claude Code)".into()),
+            date: "2026-11-30T12:00:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn round_trips_sorted_and_stable() {
+        let mut lock = Lock::default();
+        lock.tasks.insert("zeta".into(), entry(2));
+        lock.tasks.insert("alpha \"q\"".into(), LockEntry { agent_version: None, ..entry(1) });
+        let text = lock.render();
+        assert!(text.find("alpha").unwrap() < text.find("zeta").unwrap(), "{text}");
+        let back = Lock::parse(&text).unwrap();
+        assert_eq!(back, lock);
+        assert_eq!(back.render(), text, "rendering is stable");
+    }
+
+    #[test]
+    fn rejects_garbage_and_newer_versions() {
+        assert!(Lock::parse("task {").is_err());
+        assert!(Lock::parse("version 2\n").unwrap_err().0.contains("upgrade"));
+        assert!(Lock::parse("version 1\ntask \"a\" { before \"x\" }\n").unwrap_err().0.contains("after"));
+    }
+
+    #[test]
+    fn formats_dates() {
+        let d = now_rfc3339();
+        assert_eq!(d.len(), 20, "{d}");
+        assert!(d.starts_with("20") && d.ends_with('Z'));
+    }
+}
