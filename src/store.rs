@@ -168,7 +168,7 @@ impl Store {
                 .sum();
             out.push((entry, meta.len() + objects, meta.modified().unwrap_or(std::time::UNIX_EPOCH)));
         }
-        out.sort_by(|a, b| b.2.cmp(&a.2));
+        out.sort_by_key(|e| std::cmp::Reverse(e.2));
         out
     }
 
