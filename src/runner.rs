@@ -94,6 +94,9 @@ pub struct TaskReport {
     /// Interrupted by Ctrl-C.
     #[serde(skip)]
     pub interrupted: bool,
+    /// The change that was integrated.
+    #[serde(skip)]
+    pub changes: Option<ChangeSet>,
 }
 
 impl TaskReport {
@@ -116,6 +119,7 @@ impl TaskReport {
             record_dir: None,
             kept_workspace: None,
             interrupted: false,
+            changes: None,
         }
     }
 
@@ -270,7 +274,6 @@ impl Runner<'_> {
             }
         }
 
-        let tests = project.test_commands();
         let base_prompt = self.plan.render_prompt(t, summaries);
         let read_only = t.task.kind.is_read_only() || t.sandbox == crate::spec::SandboxLevel::ReadOnly;
 
@@ -316,6 +319,7 @@ impl Runner<'_> {
             let agent = &candidates[0];
             report.agent = agent.inv.name.clone();
             self.phase(name, "agent", attempt, agent.inv.name.clone());
+            let writable = self.writable_paths(t.sandbox, &ws.dir, &io, &agent.inv);
             // A built-in adapter maps the sandbox level, the kind, the turn
             // cap and the budget onto its CLI's own flags.
             let base_argv = match agent.inv.builtin {
@@ -327,7 +331,11 @@ impl Runner<'_> {
                     prompt_file: &prompt_file,
                     workdir: &ws.dir,
                     io_dir: &io,
-                    userns: self.mode == Mode::Overlay || crate::sandbox::userns_available(),
+                    // Under Landlock no sandbox of the agent's own can be
+                    // set up (Landlock refuses mount(2), and the uid map
+                    // is not writable): Codex's bubblewrap fails there, so
+                    // Landlock alone enforces the level.
+                    userns: writable.is_none() && (self.mode == Mode::Overlay || crate::sandbox::userns_available()),
                 }),
                 None => agent.inv.argv.clone(),
             };
@@ -351,7 +359,6 @@ impl Runner<'_> {
                 extra.push(("TMPDIR".into(), tmp.into()));
             }
             let env = invoke::environment(&agent.inv.pass_env, &extra);
-            let writable = self.writable_paths(t.sandbox, &ws.dir, &io, &agent.inv);
             let finished = match ws.wrap_sandboxed(argv, writable).and_then(|argv| {
                 let mut cmd = process::Command::new(argv, ws.dir.clone());
                 cmd.env = env;
@@ -581,60 +588,10 @@ impl Runner<'_> {
             }
 
             // Acceptance, then the project tests.
-            let mut results: Vec<AcceptanceResult> = Vec::new();
-            let mut failed: Option<AcceptanceResult> = None;
-            let commands: Vec<(String, Option<Duration>)> = t
-                .task
-                .acceptance
-                .iter()
-                .map(|a| (a.run.value.clone(), a.timeout))
-                .chain(if read_only { Vec::new() } else { tests.iter().map(|c| (c.clone(), None)).collect() })
-                .collect();
-            for (k, (cmd, timeout)) in commands.iter().enumerate() {
-                self.phase(name, "acceptance", attempt, cmd.clone());
-                let log = record.join(format!("acceptance-{attempt}-{}.log", k + 1));
-                let begun = Instant::now();
-                let f = match self.shell(ws, cmd, &base_env, Some(timeout.unwrap_or(accept::DEFAULT_TIMEOUT)), &log) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        report.state = TaskState::Failed;
-                        report.reason = Some(format!("acceptance command `{cmd}` could not run: {e}"));
-                        return Err(());
-                    }
-                };
-                if f.outcome == Outcome::Cancelled {
-                    report.state = TaskState::Failed;
-                    report.reason = Some("interrupted".into());
-                    report.interrupted = true;
-                    return Err(());
-                }
-                let result = AcceptanceResult {
-                    command: cmd.clone(),
-                    exit_code: match f.outcome {
-                        Outcome::Exited(c) => Some(c),
-                        _ => None,
-                    },
-                    passed: f.success(),
-                    duration_ms: begun.elapsed().as_millis() as u64,
-                    counts: accept::parse_counts(&f.tail),
-                    timed_out: f.outcome == Outcome::TimedOut,
-                    tail: f.tail.clone(),
-                };
-                let ok = result.passed;
-                results.push(result.clone());
-                if !ok {
-                    failed = Some(result);
-                    break;
-                }
-            }
-            report.acceptance = results
-                .iter()
-                .map(|r| AcceptanceJson { command: r.command.clone(), exit_code: r.exit_code, passed: r.passed })
-                .collect();
-            let _ = std::fs::write(
-                record.join(format!("acceptance-{attempt}.json")),
-                serde_json::to_vec_pretty(&results).unwrap_or_default(),
-            );
+            let failed = match self.acceptance(t, ws, record, attempt, read_only, &base_env, report) {
+                Ok(f) => f,
+                Err(()) => return Err(()),
+            };
             if let Some(f) = failed {
                 let reason = format!(
                     "acceptance command `{}` failed ({})",
@@ -660,54 +617,224 @@ impl Runner<'_> {
             break;
         }
 
-        // Record the patch, then integrate it.
-        let diff = unified_diff(&last_changes);
-        let _ = std::fs::write(record.join("patch.diff"), self.redactor.redact(&diff));
-        if !last_changes.is_empty() {
-            self.phase(name, "integrate", report.attempts, format!("{} file(s)", last_changes.changes.len()));
-            let integrated = match ws.integrate(&last_changes) {
-                Ok(i) => i,
-                Err(IntegrateError::Conflict(files)) => {
+        self.integrate_and_build(t, ws, &last_changes, record, &base_env, report)?;
+        report.changes = Some(last_changes);
+        report.state = TaskState::Passed;
+        Ok(())
+    }
+
+    /// Runs the acceptance commands, then the project tests (not for
+    /// read-only tasks), in the workspace; fills `report.acceptance`.
+    /// `Ok(Some(result))` names the first that failed.
+    #[allow(clippy::too_many_arguments)]
+    fn acceptance(
+        &self,
+        t: &PlannedTask,
+        ws: &Workspace,
+        record: &Path,
+        attempt: u32,
+        read_only: bool,
+        base_env: &[(OsString, OsString)],
+        report: &mut TaskReport,
+    ) -> Result<Option<AcceptanceResult>, ()> {
+        let name = t.task.name.as_str();
+        let tests = self.plan.project.test_commands();
+        let mut results: Vec<AcceptanceResult> = Vec::new();
+        let mut failed: Option<AcceptanceResult> = None;
+        let commands: Vec<(String, Option<Duration>)> = t
+            .task
+            .acceptance
+            .iter()
+            .map(|a| (a.run.value.clone(), a.timeout))
+            .chain(if read_only { Vec::new() } else { tests.iter().map(|c| (c.clone(), None)).collect() })
+            .collect();
+        for (k, (cmd, timeout)) in commands.iter().enumerate() {
+            self.phase(name, "acceptance", attempt, cmd.clone());
+            let log = record.join(format!("acceptance-{attempt}-{}.log", k + 1));
+            let begun = Instant::now();
+            let f = match self.shell(ws, cmd, base_env, Some(timeout.unwrap_or(accept::DEFAULT_TIMEOUT)), &log) {
+                Ok(f) => f,
+                Err(e) => {
                     report.state = TaskState::Failed;
-                    report.reason = Some(format!(
-                        "conflict: {} changed in the project while the task ran; nothing was integrated (the patch is in {})",
-                        files.join(", "),
-                        record.join("patch.diff").display()
-                    ));
+                    report.reason = Some(format!("acceptance command `{cmd}` could not run: {e}"));
+                    return Err(());
+                }
+            };
+            if f.outcome == Outcome::Cancelled {
+                report.state = TaskState::Failed;
+                report.reason = Some("interrupted".into());
+                report.interrupted = true;
+                return Err(());
+            }
+            let result = AcceptanceResult {
+                command: cmd.clone(),
+                exit_code: match f.outcome {
+                    Outcome::Exited(c) => Some(c),
+                    _ => None,
+                },
+                passed: f.success(),
+                duration_ms: begun.elapsed().as_millis() as u64,
+                counts: accept::parse_counts(&f.tail),
+                timed_out: f.outcome == Outcome::TimedOut,
+                tail: f.tail.clone(),
+            };
+            let ok = result.passed;
+            results.push(result.clone());
+            if !ok {
+                failed = Some(result);
+                break;
+            }
+        }
+        report.acceptance = results
+            .iter()
+            .map(|r| AcceptanceJson { command: r.command.clone(), exit_code: r.exit_code, passed: r.passed })
+            .collect();
+        let _ = std::fs::write(
+            record.join(format!("acceptance-{attempt}.json")),
+            serde_json::to_vec_pretty(&results).unwrap_or_default(),
+        );
+        Ok(failed)
+    }
+
+    /// Records the patch, integrates it into the user's tree and runs the
+    /// `build` commands there (taking the change back out if one fails).
+    fn integrate_and_build(
+        &self,
+        t: &PlannedTask,
+        ws: &mut Workspace,
+        changes: &ChangeSet,
+        record: &Path,
+        base_env: &[(OsString, OsString)],
+        report: &mut TaskReport,
+    ) -> Result<(), ()> {
+        let project = &self.plan.project;
+        let name = t.task.name.as_str();
+        let diff = unified_diff(changes);
+        let _ = std::fs::write(record.join("patch.diff"), self.redactor.redact(&diff));
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.phase(name, "integrate", report.attempts, format!("{} file(s)", changes.changes.len()));
+        let integrated = match ws.integrate(changes) {
+            Ok(i) => i,
+            Err(IntegrateError::Conflict(files)) => {
+                report.state = TaskState::Failed;
+                report.reason = Some(format!(
+                    "conflict: {} changed in the project while the task ran; nothing was integrated (the patch is in {})",
+                    files.join(", "),
+                    record.join("patch.diff").display()
+                ));
+                return Err(());
+            }
+            Err(e) => {
+                report.state = TaskState::Failed;
+                report.reason = Some(format!("{e}; nothing was integrated"));
+                return Err(());
+            }
+        };
+        for cmd in &project.config.build {
+            self.phase(name, "build", report.attempts, cmd.clone());
+            let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), cmd.into()];
+            let mut c = process::Command::new(argv, project.root.clone());
+            c.env = base_env.to_vec();
+            c.transcript = Some(record.join("build.log"));
+            c.timeout = Some(accept::DEFAULT_TIMEOUT);
+            let ok = process::run(&c, self.redactor, &self.cancel);
+            let failed = match &ok {
+                Ok(f) if f.success() => None,
+                Ok(f) => Some((f.describe(), f.tail.clone())),
+                Err(e) => Some((e.to_string(), String::new())),
+            };
+            if let Some((why, tail)) = failed {
+                crate::workspace::rollback(&project.root, &integrated);
+                report.state = TaskState::Failed;
+                report.reason = Some(format!(
+                    "build command `{cmd}` failed after integration ({why}); the change was taken back out"
+                ));
+                report.tail = tail;
+                return Err(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Replays a recorded change (SPEC 4 `replay`): no agent; the stored
+    /// patch is applied in a fresh workspace, acceptance is verified, and
+    /// the change is integrated.
+    pub fn replay_task(&self, t: &PlannedTask, entry: &crate::store::Entry) -> TaskReport {
+        let start = Instant::now();
+        let mut report = TaskReport::new(t);
+        report.agent = entry.agent.clone();
+        report.summary = entry.summary.clone();
+        let record = self.run_dir.join(&t.task.name);
+        if let Err(e) = std::fs::create_dir_all(&record) {
+            report.state = TaskState::Failed;
+            report.reason = Some(format!("cannot create {}: {e}", record.display()));
+            return report;
+        }
+        report.record_dir = Some(record.clone());
+        let done = (|| -> Result<(), ()> {
+            let name = t.task.name.as_str();
+            self.phase(name, "workspace", 0, self.mode.as_str());
+            let mut ws = Workspace::create(&self.exe, &self.plan.project.root, &self.workspaces, self.mode, name)
+                .map_err(|e| {
+                    report.state = TaskState::Failed;
+                    report.reason = Some(format!("cannot create the workspace: {e}"));
+                })?;
+            self.phase(name, "replay", 0, format!("{} file(s)", entry.changes.len()));
+            let base_env = invoke::environment(&[], &[]);
+            // The stored change is written inside the workspace (a helper
+            // run through the wrapper, so deletions are real there too).
+            let spec = ws.io_dir().map(|d| d.join("replay.json")).map_err(|_| ())?;
+            let doc = serde_json::json!({"store": self.plan.store.dir(), "changes": entry.changes});
+            std::fs::write(&spec, serde_json::to_vec(&doc).unwrap_or_default()).map_err(|_| ())?;
+            let argv = ws
+                .wrap(vec![self.exe.clone().into_os_string(), "__apply-changes".into(), spec.into_os_string()])
+                .map_err(|_| ())?;
+            let mut c = process::Command::new(argv, ws.dir.clone());
+            c.env = base_env.clone();
+            c.transcript = Some(record.join("replay.log"));
+            match process::run(&c, self.redactor, &self.cancel) {
+                Ok(f) if f.success() => {}
+                Ok(f) => {
+                    report.state = TaskState::Failed;
+                    report.reason = Some(format!("cannot replay the stored change: {}", f.describe()));
+                    report.tail = f.tail;
                     return Err(());
                 }
                 Err(e) => {
                     report.state = TaskState::Failed;
-                    report.reason = Some(format!("{e}; nothing was integrated"));
-                    return Err(());
-                }
-            };
-            for cmd in &project.config.build {
-                self.phase(name, "build", report.attempts, cmd.clone());
-                let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), cmd.into()];
-                let mut c = process::Command::new(argv, project.root.clone());
-                c.env = base_env.clone();
-                c.transcript = Some(record.join("build.log"));
-                c.timeout = Some(accept::DEFAULT_TIMEOUT);
-                let ok = process::run(&c, self.redactor, &self.cancel);
-                let failed = match &ok {
-                    Ok(f) if f.success() => None,
-                    Ok(f) => Some((f.describe(), f.tail.clone())),
-                    Err(e) => Some((e.to_string(), String::new())),
-                };
-                if let Some((why, tail)) = failed {
-                    crate::workspace::rollback(&project.root, &integrated);
-                    report.state = TaskState::Failed;
-                    report.reason = Some(format!(
-                        "build command `{cmd}` failed after integration ({why}); the change was taken back out"
-                    ));
-                    report.tail = tail;
+                    report.reason = Some(format!("cannot replay the stored change: {e}"));
                     return Err(());
                 }
             }
+            let changes = ws.changes().map_err(|e| {
+                report.state = TaskState::Failed;
+                report.reason = Some(format!("cannot read the workspace's changes: {e}"));
+            })?;
+            report.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
+            let read_only = t.task.kind.is_read_only() || t.sandbox == crate::spec::SandboxLevel::ReadOnly;
+            if let Some(f) = self.acceptance(t, &ws, &record, 1, read_only, &base_env, &mut report)? {
+                report.state = TaskState::Failed;
+                report.reason = Some(format!(
+                    "the replayed change no longer passes: acceptance command `{}` failed; run with --no-cache to call the agent",
+                    f.command
+                ));
+                report.tail = f.tail;
+                return Err(());
+            }
+            self.integrate_and_build(t, &mut ws, &changes, &record, &base_env, &mut report)?;
+            report.changes = Some(changes);
+            Ok(())
+        })();
+        if done.is_ok() {
+            report.state = TaskState::Replayed;
         }
-        report.state = TaskState::Passed;
-        Ok(())
+        report.duration_ms = start.elapsed().as_millis() as u64;
+        if let Ok(json) = serde_json::to_vec_pretty(&report) {
+            let _ = crate::store::write_atomic(&record.join("report.json"), &json);
+        }
+        report
     }
 
     /// What the agent may write under Landlock (`None`: no Landlock, for

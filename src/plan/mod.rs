@@ -99,6 +99,11 @@ pub struct Plan {
     pub warnings: Vec<SpecDiagnostic>,
     /// Files read and hashed while planning (the rest came from the cache).
     pub files_hashed: usize,
+    /// `cassist.lock` as it was when planning.
+    pub lock: crate::lock::Lock,
+    pub store: crate::store::Store,
+    /// What every task's key shares (for hashing again during a run).
+    pub hashing: Hashing,
 }
 
 impl Plan {
@@ -517,67 +522,28 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
         }
     }
     timing("agent versions");
+    let instruction_inputs: Vec<Input> = instructions
+        .iter()
+        .map(|i| Input { kind: "instructions", name: i.path.clone(), hash: file_hash[i.path.as_str()].clone() })
+        .collect();
+    let lock = crate::lock::Lock::load(&project.root).map_err(|e| {
+        SpecDiagnostic::error("bad-lock", e.0).help(
+            "cassist.lock is written by `cassist run`; restore it from version control, or delete it to record afresh",
+        )
+    })?;
+    let store = crate::store::Store::open(&project.root);
+    let hashing = Hashing { template_name: template.0.clone(), template_hash, project_hash, versions };
     let mut planned: Vec<PlannedTask> = Vec::with_capacity(tasks.len());
-    let mut done: HashMap<String, String> = HashMap::new();
+    // What each planned task hands its dependents: its recorded output
+    // (patch hash) when it will not run, else its input hash.
+    let mut outputs: HashMap<String, String> = HashMap::new();
     for (task, (ctx, refs)) in tasks.into_iter().zip(files) {
         let agent = resolve_agent(&task, agent_override.as_deref(), config);
         let sandbox = effective_sandbox(&task, config.trust.map(|t| t.level));
         let timeout = task.timeout.or(config.defaults.timeout).unwrap_or(DEFAULT_TIMEOUT);
         let max_iterations = task.max_iterations.or(config.defaults.max_iterations).unwrap_or(DEFAULT_MAX_ITERATIONS);
         let max_cost = task.max_cost.or(config.defaults.max_cost);
-        let sorted = |v: &[crate::spec::Spanned<String>]| -> Vec<String> {
-            let set: BTreeSet<String> = v.iter().map(|s| s.value.clone()).collect();
-            set.into_iter().collect()
-        };
-        let spec = SpecKey {
-            name: task.name.clone(),
-            goal: task.goal.clone(),
-            kind: task.kind.to_string(),
-            timeout_ms: timeout.as_millis() as u64,
-            max_iterations,
-            max_cost,
-            context: sorted(&task.context),
-            scope: sorted(&task.scope),
-            reference: sorted(&task.reference),
-            constraints: task.constraints.clone(),
-            acceptance: task
-                .acceptance
-                .iter()
-                .map(|a| AcceptanceKey {
-                    run: a.run.value.clone(),
-                    timeout_ms: a.timeout.map(|d| d.as_millis() as u64),
-                })
-                .collect(),
-            depends_on: sorted(&task.depends_on),
-        };
-        let agent_key = agent_key(config, &agent, &versions);
-        let mut inputs = vec![
-            Input { kind: "spec", name: task.name.clone(), hash: hash_json(&spec) },
-            Input { kind: "agent", name: agent.clone(), hash: hash_json(&agent_key) },
-            Input { kind: "sandbox", name: sandbox.to_string(), hash: hash_bytes(sandbox.as_str().as_bytes()) },
-            Input { kind: "template", name: template.0.clone(), hash: template_hash.clone() },
-            Input { kind: "project", name: "commands".to_owned(), hash: project_hash.clone() },
-        ];
-        for i in &instructions {
-            inputs.push(Input { kind: "instructions", name: i.path.clone(), hash: file_hash[i.path.as_str()].clone() });
-        }
-        inputs.extend(ctx.iter().map(|f| Input {
-            kind: "context",
-            name: f.path.clone(),
-            hash: file_hash[f.path.as_str()].clone(),
-        }));
-        inputs.extend(refs.iter().map(|f| Input {
-            kind: "reference",
-            name: f.path.clone(),
-            hash: file_hash[f.path.as_str()].clone(),
-        }));
-        for d in &spec.depends_on {
-            inputs.push(Input { kind: "dependency", name: d.clone(), hash: done.get(d).cloned().unwrap_or_default() });
-        }
-        let key = InputKey { format: hash::KEY_FORMAT, spec, inputs };
-        let hash = key.hash();
-        done.insert(task.name.clone(), hash.clone());
-        planned.push(PlannedTask {
+        let mut t = PlannedTask {
             agent,
             sandbox,
             timeout,
@@ -585,14 +551,185 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
             max_cost,
             context_files: ctx.iter().map(|f| f.path.clone()).collect(),
             reference_files: refs.iter().map(|f| f.path.clone()).collect(),
-            key,
-            hash,
+            key: InputKey {
+                format: hash::KEY_FORMAT,
+                spec: spec_key(&task, timeout, max_iterations, max_cost),
+                inputs: Vec::new(),
+            },
+            hash: String::new(),
             state: State::Run,
             task,
-        });
+        };
+        let file_inputs = |kind: &'static str, files: &[ResolvedFile]| -> Vec<Input> {
+            files
+                .iter()
+                .map(|f| Input { kind, name: f.path.clone(), hash: file_hash[f.path.as_str()].clone() })
+                .collect()
+        };
+        hashing.fill_key(
+            config,
+            &mut t,
+            &instruction_inputs,
+            file_inputs("context", &ctx),
+            file_inputs("reference", &refs),
+            &outputs,
+        );
+        t.state = state_of(&lock, &store, &t);
+        let output = match t.state {
+            State::UpToDate | State::Replay => lock.tasks[&t.task.name].patch.clone(),
+            State::Run => t.hash.clone(),
+        };
+        outputs.insert(t.task.name.clone(), output);
+        planned.push(t);
     }
     timing("hash tasks");
-    Ok(Plan { project, tasks: planned, template: template.1, template_name: template.0, warnings, files_hashed })
+    Ok(Plan {
+        project,
+        tasks: planned,
+        template: template.1,
+        template_name: template.0,
+        warnings,
+        files_hashed,
+        lock,
+        store,
+        hashing,
+    })
+}
+
+/// The state of a task against the lock and the store (SPEC 4).
+pub fn state_of(lock: &crate::lock::Lock, store: &crate::store::Store, t: &PlannedTask) -> State {
+    match lock.tasks.get(&t.task.name) {
+        Some(e) if e.after == t.hash => State::UpToDate,
+        Some(e) if e.before == t.hash && store.get_entry(&e.before).is_some() => State::Replay,
+        _ => State::Run,
+    }
+}
+
+/// What every task's key shares.
+#[derive(Debug, Clone)]
+pub struct Hashing {
+    pub template_name: String,
+    pub template_hash: String,
+    pub project_hash: String,
+    pub versions: HashMap<String, Option<String>>,
+}
+
+impl Hashing {
+    /// Fills `t.key.inputs` and `t.hash` from the given file inputs and the
+    /// outputs of the tasks it depends on.
+    pub fn fill_key(
+        &self,
+        config: &crate::spec::ProjectConfig,
+        t: &mut PlannedTask,
+        instructions: &[Input],
+        context: Vec<Input>,
+        reference: Vec<Input>,
+        outputs: &HashMap<String, String>,
+    ) {
+        let agent_key = agent_key(config, &t.agent, &self.versions);
+        let mut inputs = vec![
+            Input { kind: "spec", name: t.task.name.clone(), hash: hash_json(&t.key.spec) },
+            Input { kind: "agent", name: t.agent.clone(), hash: hash_json(&agent_key) },
+            Input { kind: "sandbox", name: t.sandbox.to_string(), hash: hash_bytes(t.sandbox.as_str().as_bytes()) },
+            Input { kind: "template", name: self.template_name.clone(), hash: self.template_hash.clone() },
+            Input { kind: "project", name: "commands".to_owned(), hash: self.project_hash.clone() },
+        ];
+        inputs.extend(instructions.iter().cloned());
+        inputs.extend(context);
+        inputs.extend(reference);
+        for d in &t.key.spec.depends_on {
+            inputs.push(Input {
+                kind: "dependency",
+                name: d.clone(),
+                hash: outputs.get(d).cloned().unwrap_or_default(),
+            });
+        }
+        t.key.inputs = inputs;
+        t.hash = t.key.hash();
+    }
+}
+
+/// The normalized spec of a task, with its effective settings.
+fn spec_key(task: &Task, timeout: Duration, max_iterations: u32, max_cost: Option<f64>) -> SpecKey {
+    let sorted = |v: &[crate::spec::Spanned<String>]| -> Vec<String> {
+        let set: BTreeSet<String> = v.iter().map(|s| s.value.clone()).collect();
+        set.into_iter().collect()
+    };
+    SpecKey {
+        name: task.name.clone(),
+        goal: task.goal.clone(),
+        kind: task.kind.to_string(),
+        timeout_ms: timeout.as_millis() as u64,
+        max_iterations,
+        max_cost,
+        context: sorted(&task.context),
+        scope: sorted(&task.scope),
+        reference: sorted(&task.reference),
+        constraints: task.constraints.clone(),
+        acceptance: task
+            .acceptance
+            .iter()
+            .map(|a| AcceptanceKey { run: a.run.value.clone(), timeout_ms: a.timeout.map(|d| d.as_millis() as u64) })
+            .collect(),
+        depends_on: sorted(&task.depends_on),
+    }
+}
+
+impl Plan {
+    /// Hashes `t` again on the project as it is now (earlier tasks may have
+    /// changed its context files), with the outputs of its dependencies,
+    /// and sets its state. Used by `run` right before each task, and after
+    /// integration for the hash the lock records.
+    pub fn rehash(&self, t: &mut PlannedTask, outputs: &HashMap<String, String>) -> Result<(), String> {
+        let root = &self.project.root;
+        let mut resolver = Resolver::new(root);
+        let mut resolve = |patterns: &[crate::spec::Spanned<String>]| -> Result<Vec<ResolvedFile>, String> {
+            let mut out = Vec::new();
+            for p in patterns {
+                match resolver.resolve(&p.value) {
+                    Ok(f) => out.extend(f),
+                    Err(ResolveError::Escapes { path, target }) => {
+                        return Err(format!("`{path}` leads outside the project (to {target})"));
+                    }
+                }
+            }
+            out.sort_by(|a, b| a.path.cmp(&b.path));
+            out.dedup_by(|a, b| a.path == b.path);
+            Ok(out)
+        };
+        let ctx = resolve(&t.task.context)?;
+        let refs = resolve(&t.task.reference)?;
+        let mut instr = Vec::new();
+        let names =
+            self.project.config.instructions.iter().map(|p| p.value.clone()).chain(self.project.instruction_files());
+        for name in names {
+            if let Ok(files) = resolver.resolve(&name) {
+                instr.extend(files);
+            }
+        }
+        instr.sort_by(|a, b| a.path.cmp(&b.path));
+        instr.dedup_by(|a, b| a.path == b.path);
+        let cache_path = crate::store::state_dir(root).join("cache").join("file-hashes");
+        let mut cache = filehash::FileHashCache::load(&cache_path);
+        let mut inputs = |kind: &'static str, files: &[ResolvedFile]| -> Result<Vec<Input>, String> {
+            let refs: Vec<&ResolvedFile> = files.iter().collect();
+            let hashes = cache.hash_files(root, &refs).map_err(|(p, e)| format!("cannot read {p}: {e}"))?;
+            Ok(files
+                .iter()
+                .zip(hashes)
+                .map(|(f, h)| Input { kind, name: f.path.clone(), hash: blake3::Hash::from(h).to_hex().to_string() })
+                .collect())
+        };
+        let instructions = inputs("instructions", &instr)?;
+        let context = inputs("context", &ctx)?;
+        let reference = inputs("reference", &refs)?;
+        let _ = cache.save();
+        t.context_files = ctx.iter().map(|f| f.path.clone()).collect();
+        t.reference_files = refs.iter().map(|f| f.path.clone()).collect();
+        self.hashing.fill_key(&self.project.config, t, &instructions, context, reference, outputs);
+        t.state = state_of(&self.lock, &self.store, t);
+        Ok(())
+    }
 }
 
 /// A task's agent: its own, else `--agent`/`CASSIST_AGENT`, else
