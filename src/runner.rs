@@ -854,15 +854,18 @@ impl Runner<'_> {
         let root = &self.plan.project.root;
         let mut paths = vec![io.to_path_buf(), PathBuf::from("/dev")];
         // Temp folders, unless the user's project is inside one and is
-        // reachable (copy mode): then only the agent's private temp folder
-        // (its TMPDIR, inside `io`).
+        // reachable (copy mode), or a read-only agent's workspace is inside
+        // one (a copy under /tmp, or a project under /tmp in overlay mode):
+        // then only the agent's private temp folder (its TMPDIR, inside `io`).
         let mut temps = vec![PathBuf::from("/tmp"), PathBuf::from("/var/tmp"), PathBuf::from("/dev/shm")];
         if let Some(t) = std::env::var_os("TMPDIR") {
             temps.push(PathBuf::from(t));
         }
+        let ws_real = workspace.canonicalize().unwrap_or_else(|_| workspace.to_path_buf());
         for t in temps {
             let t = t.canonicalize().unwrap_or(t);
-            if self.mode == Mode::Overlay || !root.starts_with(&t) {
+            let holds_read_only_workspace = level == crate::spec::SandboxLevel::ReadOnly && ws_real.starts_with(&t);
+            if (self.mode == Mode::Overlay || !root.starts_with(&t)) && !holds_read_only_workspace {
                 paths.push(t);
             }
         }
