@@ -91,6 +91,10 @@ pub enum Command {
         #[arg(last = true, required = true)]
         argv: Vec<std::ffi::OsString>,
     },
+    /// Internal: write a stored change into the current folder (a
+    /// workspace), for replays.
+    #[command(name = "__apply-changes", hide = true)]
+    ApplyChanges { spec: PathBuf },
     /// Internal: check that copy-on-write workspaces work here.
     #[command(name = "__sandbox-probe", hide = true)]
     SandboxProbe { dir: PathBuf, lower: Option<PathBuf> },
@@ -110,6 +114,12 @@ pub struct RunArgs {
     /// Keep the workspace of a failed task for inspection.
     #[arg(long)]
     pub keep_workspace: bool,
+    /// Never call an agent: exit 3 naming each task that would need one.
+    #[arg(long)]
+    pub locked: bool,
+    /// Ignore recorded results: call the agent for every task.
+    #[arg(long)]
+    pub no_cache: bool,
     /// Write machine-readable results here.
     #[arg(long, value_name = "FILE")]
     pub report_json: Option<PathBuf>,

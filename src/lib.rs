@@ -32,6 +32,7 @@ macro_rules! out {
 
 pub mod accept;
 pub mod agent;
+pub mod cache;
 pub mod changes;
 pub mod cli;
 pub mod cmd;
@@ -71,6 +72,13 @@ pub fn main_entry() -> i32 {
             sandbox::exec(&sandbox::ExecSpec { overlay, cwd, writable: landlock.then_some(write), argv })
         }
         cli::Command::SandboxProbe { dir, lower } => sandbox::probe(&dir, lower.as_deref()),
+        cli::Command::ApplyChanges { spec } => std::process::exit(match cache::apply_changes(&spec) {
+            Ok(()) => exit::SUCCESS,
+            Err(e) => {
+                eprintln!("cassist: {e}");
+                exit::TASK_FAILED
+            }
+        }),
         _ => {}
     }
     let out = report::Output::new(cli.color, cli.quiet, cli.verbose);

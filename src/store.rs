@@ -77,6 +77,9 @@ pub struct Entry {
     pub changes: Vec<StoredChange>,
     /// The input key document the `before` hash was made from.
     pub key: serde_json::Value,
+    /// The key of the state the project was left in (after the run).
+    #[serde(default)]
+    pub after_key: Option<serde_json::Value>,
     pub agent: String,
     pub agent_version: Option<String>,
     pub date: String,
@@ -111,6 +114,28 @@ impl Store {
         let path = self.object_path(&hash);
         if !path.exists() {
             write_atomic(&path, bytes)?;
+        }
+        Ok(hash)
+    }
+
+    /// Stores a file's content without reading it into memory (a
+    /// transcript may be huge): hashed as a stream, then hard-linked (or
+    /// copied) into place.
+    pub fn put_object_file(&self, file: &Path) -> std::io::Result<String> {
+        let mut hasher = blake3::Hasher::new();
+        let mut f = std::fs::File::open(file)?;
+        std::io::copy(&mut f, &mut hasher)?;
+        let hash = hasher.finalize().to_hex().to_string();
+        let path = self.object_path(&hash);
+        if !path.exists() {
+            let dir = path.parent().unwrap_or(&self.dir);
+            std::fs::create_dir_all(dir)?;
+            let tmp = dir.join(format!(".tmp-{}-{}", std::process::id(), &hash[..16]));
+            let _ = std::fs::remove_file(&tmp);
+            if std::fs::hard_link(file, &tmp).is_err() {
+                std::fs::copy(file, &tmp)?;
+            }
+            std::fs::rename(&tmp, &path)?;
         }
         Ok(hash)
     }
@@ -275,6 +300,7 @@ mod tests {
                 mode: 0o100644,
             }],
             key: serde_json::json!({}),
+            after_key: None,
             agent: "demo".into(),
             agent_version: None,
             date: String::new(),
@@ -310,6 +336,7 @@ mod tests {
                     mode: 0o100644,
                 }],
                 key: serde_json::json!({}),
+                after_key: None,
                 agent: "demo".into(),
                 agent_version: None,
                 date: String::new(),

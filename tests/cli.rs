@@ -469,6 +469,10 @@ task "top" {
     assert!(out.contains("state run\n"), "{out}");
     let rows: Vec<Vec<&str>> =
         out.lines().skip_while(|l| !l.starts_with("INPUT")).skip(1).map(|l| l.split_whitespace().collect()).collect();
+    // Nothing recorded yet: no comparison column value.
+    assert!(rows.iter().all(|r| r.len() == 4 && r[3] == "-"), "{out}");
+    assert!(out.contains("never run"), "{out}");
+    let rows: Vec<Vec<&str>> = rows.into_iter().map(|r| r[..3].to_vec()).collect();
     let expected: Vec<Vec<String>> = top["inputs"]
         .as_array()
         .unwrap()

@@ -128,8 +128,14 @@ impl Fx {
         git(self.path(), &["rev-parse", "HEAD"])
     }
 
+    /// `git status --porcelain` without the lock file cassist writes (it is
+    /// meant to be committed; its own tests check it).
     fn status(&self) -> String {
         git(self.path(), &["status", "--porcelain"])
+            .lines()
+            .filter(|l| *l != "?? cassist.lock")
+            .map(|l| format!("{l}\n"))
+            .collect()
     }
 
     /// Every file of the project but `.cassist/`, with its bytes (folders

@@ -37,12 +37,34 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, json: bool, out: &Output) ->
     crate::outln!("{} {} ({})", out.bold("task"), task.task.name, task.task.source.name);
     crate::outln!("{} {}", out.bold("hash"), task.hash);
     crate::outln!("{} {}", out.bold("state"), task.state.as_str());
-    crate::outln!("  {}", out.dim("no run of this task is recorded yet: every input is new"));
+    for reason in crate::cache::why(&plan, task) {
+        crate::outln!("  {}", reason);
+    }
     crate::outln!();
-    let mut table = Table::new(&["INPUT", "NAME", "HASH"]);
+    // Each input against the recorded one (the state the last run left).
+    let recorded: std::collections::HashMap<(String, String), String> = plan
+        .lock
+        .tasks
+        .get(&task.task.name)
+        .and_then(|l| plan.store.get_entry(&l.before))
+        .and_then(|e| e.after_key.or(Some(e.key)))
+        .and_then(|k| k["inputs"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|i| {
+            Some(((i["kind"].as_str()?.to_owned(), i["name"].as_str()?.to_owned()), i["hash"].as_str()?.to_owned()))
+        })
+        .collect();
+    let mut table = Table::new(&["INPUT", "NAME", "HASH", "VS. RECORDED"]);
     for i in &task.key.inputs {
         let hash = if i.hash.is_empty() { "-".to_owned() } else { i.hash[..16].to_owned() };
-        table.row(vec![i.kind.to_owned(), i.name.clone(), hash]);
+        let mark = match recorded.get(&(i.kind.to_owned(), i.name.clone())) {
+            _ if recorded.is_empty() => "-".to_owned(),
+            Some(h) if *h == i.hash => out.green("unchanged"),
+            Some(_) => out.yellow("changed"),
+            None => out.yellow("new"),
+        };
+        table.row(vec![i.kind.to_owned(), i.name.clone(), hash, mark]);
     }
     crate::out!("{}", table.render(|h| out.dim(h)));
     exit::SUCCESS

@@ -23,7 +23,9 @@ pub fn dispatch(command: Command, cwd: &Path, out: &Output) -> i32 {
         Command::Explain { task, tasks, json } => explain::run(cwd, &task, &tasks, json, out),
         Command::Agents => agents::run(cwd, out),
         Command::Init => init::run(cwd, out),
-        Command::SandboxExec { .. } | Command::SandboxProbe { .. } => crate::exit::INVALID_INPUT,
+        Command::SandboxExec { .. } | Command::SandboxProbe { .. } | Command::ApplyChanges { .. } => {
+            crate::exit::INVALID_INPUT
+        }
         Command::Completions { shell } => {
             let mut cmd = <crate::cli::Cli as clap::CommandFactory>::command();
             let mut buf = Vec::new();

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::cli::RunArgs;
 use crate::exit;
-use crate::plan::{Plan, PlannedTask};
+use crate::plan::{Plan, PlannedTask, State};
 use crate::process::{Cancel, Redactor};
 use crate::report::Output;
 use crate::report::table::Table;
@@ -40,13 +40,25 @@ impl<'a> RunReport<'a> {
 }
 
 pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
+    // One run at a time per project: a second waits, then plans on what
+    // the first recorded (and runs nothing twice).
+    let root = crate::project::find_root(cwd);
+    let _project_lock = match crate::store::ProjectLock::acquire(&root, || {
+        eprintln!("waiting for another cassist run on this project to finish...")
+    }) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: cannot lock {}: {e}", crate::store::state_dir(&root).display());
+            return exit::TASK_FAILED;
+        }
+    };
     let plan = match super::plan_or_exit(cwd, &args.tasks, out) {
         Ok(p) => p,
         Err(code) => return code,
     };
     // --filter: the named tasks and what they depend on.
-    let selected: Vec<&PlannedTask> = match select(&plan, &args.filter) {
-        Ok(s) => s,
+    let selected: Vec<PlannedTask> = match select(&plan, &args.filter) {
+        Ok(s) => s.into_iter().cloned().collect(),
         Err(d) => {
             out.print_diagnostics(&[d]);
             return exit::INVALID_INPUT;
@@ -118,18 +130,29 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
     let mut reports: Vec<TaskReport> = Vec::new();
     let mut by_name: HashMap<String, usize> = HashMap::new();
     let mut stop: Option<String> = None;
-    for t in selected {
+    // What each task hands its dependents: its recorded output.
+    let mut outputs: HashMap<String, String> = HashMap::new();
+    let mut lock = plan.lock.clone();
+    let mut needs_agent: Vec<(String, Vec<String>)> = Vec::new();
+    for planned in &selected {
+        let mut t = planned.clone();
         let report = if cancel.is_cancelled() {
-            TaskReport::skipped(t, "interrupted")
+            TaskReport::skipped(&t, "interrupted")
         } else if let Some(why) = &stop {
-            TaskReport::skipped(t, why.clone())
+            TaskReport::skipped(&t, why.clone())
         } else if let Some(dep) =
             t.key.spec.depends_on.iter().find(|d| by_name.get(*d).is_some_and(|&i| !reports[i].state.is_success()))
         {
-            TaskReport::skipped(t, format!("dependency `{dep}` did not pass"))
+            TaskReport::skipped(&t, format!("dependency `{dep}` did not pass"))
+        } else if let Err(e) = runner.plan.rehash(&mut t, &outputs) {
+            TaskReport { state: TaskState::Failed, reason: Some(e), ..TaskReport::new(&t) }
         } else {
-            let summaries: Vec<(String, String)> = plan
-                .summary_dependencies(t)
+            if args.no_cache {
+                t.state = State::Run;
+            }
+            let summaries: Vec<(String, String)> = runner
+                .plan
+                .summary_dependencies(&t)
                 .iter()
                 .filter_map(|d| {
                     by_name
@@ -138,9 +161,56 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
                         .map(|s| (d.task.name.clone(), s))
                 })
                 .collect();
-            let r = runner.run_task(t, &summaries);
+            let r = match t.state {
+                State::UpToDate => up_to_date(&runner, &t, &lock),
+                State::Replay => match runner.plan.store.get_entry(&lock.tasks[&t.task.name].before) {
+                    Some(entry) => runner.replay_task(&t, &entry),
+                    None => TaskReport {
+                        state: TaskState::Failed,
+                        reason: Some("the stored change vanished from the store".into()),
+                        ..TaskReport::new(&t)
+                    },
+                },
+                State::Run if args.locked => {
+                    let why = crate::cache::why(runner.plan, &t);
+                    needs_agent.push((t.task.name.clone(), why.clone()));
+                    TaskReport::skipped(&t, format!("--locked: an agent would be needed ({})", why.join("; ")))
+                }
+                State::Run => runner.run_task(&t, &summaries),
+            };
+            // Record what passed: the store entry and the lock line. A
+            // failure to record never fails the run.
+            let output = match (r.state, t.state) {
+                (TaskState::UpToDate, _) => lock.tasks.get(&t.task.name).map(|e| e.patch.clone()),
+                (TaskState::Passed | TaskState::Replayed, _) => {
+                    let mut after = t.clone();
+                    let recorded =
+                        runner.plan.rehash(&mut after, &outputs).map_err(std::io::Error::other).and_then(|()| {
+                            let version = runner.plan.hashing.versions.get(&r.agent).cloned().flatten();
+                            crate::cache::record(
+                                &runner.plan.store,
+                                &mut lock,
+                                &runner.plan.project.root,
+                                &t,
+                                &after,
+                                &r,
+                                version,
+                            )
+                        });
+                    match recorded {
+                        Ok(patch) => Some(patch),
+                        Err(e) => {
+                            eprintln!("warning: could not record `{}` in the cache: {e}", t.task.name);
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
+            outputs.insert(t.task.name.clone(), output.unwrap_or_else(|| t.hash.clone()));
             print_finished(out, &r);
-            if !r.state.is_success() && !args.keep_going && stop.is_none() {
+            let failed = !r.state.is_success() && r.state != TaskState::Skipped;
+            if failed && !args.keep_going && stop.is_none() {
                 stop = Some(format!("not started: `{}` failed (use --keep-going to run independent tasks)", r.name));
             }
             r
@@ -151,6 +221,29 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
     }
 
     let interrupted = cancel.is_cancelled() || interrupts.load(Ordering::SeqCst) > 0;
+    // A later task may change an earlier one's context files: the state
+    // the project is left in is what each recorded task's after-hash must
+    // describe, so an unchanged project is up-to-date next time.
+    if !interrupted && !args.locked {
+        let mut changed = false;
+        for planned in &selected {
+            let Some(&i) = by_name.get(&planned.task.name) else { continue };
+            if !reports[i].state.is_success() || !lock.tasks.contains_key(&planned.task.name) {
+                continue;
+            }
+            let mut t = planned.clone();
+            if runner.plan.rehash(&mut t, &outputs).is_ok()
+                && let Some(entry) = lock.tasks.get_mut(&t.task.name)
+                && entry.after != t.hash
+            {
+                crate::cache::update_after(&runner.plan.store, entry, &t);
+                changed = true;
+            }
+        }
+        if changed && let Err(e) = lock.save(&runner.plan.project.root) {
+            eprintln!("warning: could not write cassist.lock: {e}");
+        }
+    }
     if !out.quiet || reports.iter().any(|r| !r.state.is_success()) {
         print_summary(out, &reports, &run_dir);
     }
@@ -161,6 +254,13 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
             eprintln!("error: cannot write {}: {e}", path.display());
         }
     }
+    if !needs_agent.is_empty() {
+        eprintln!("--locked: {} task(s) would need an agent run:", needs_agent.len());
+        for (name, why) in &needs_agent {
+            eprintln!("  {name}: {}", why.join("; "));
+        }
+        return exit::LOCKED;
+    }
     if interrupted {
         eprintln!(
             "interrupted: agents stopped, workspaces removed; the project is as it was after the last integrated task"
@@ -168,6 +268,28 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
         return exit::INTERRUPTED;
     }
     if reports.iter().all(|r| r.state.is_success()) { exit::SUCCESS } else { exit::TASK_FAILED }
+}
+
+/// A task whose inputs equal its recorded after-state: nothing to do; its
+/// stored summary is replayed in one line.
+fn up_to_date(runner: &Runner<'_>, t: &PlannedTask, lock: &crate::lock::Lock) -> TaskReport {
+    let mut r = TaskReport::new(t);
+    r.state = TaskState::UpToDate;
+    if let Some(l) = lock.tasks.get(&t.task.name) {
+        r.agent = l.agent.clone();
+        if let Some(entry) = runner.plan.store.get_entry(&l.before) {
+            r.summary = entry.summary.clone();
+            r.changed_files = entry.changes.iter().map(|c| c.path.clone()).collect();
+            // The stored transcript, for `--output-logs`-style inspection.
+            if let Some(h) =
+                entry.records.iter().filter(|(k, _)| k.starts_with("transcript-")).map(|(_, h)| h).next_back()
+            {
+                let (a, b) = h.split_at(2);
+                r.transcript = Some(runner.plan.store.dir().join("objects").join(a).join(b));
+            }
+        }
+    }
+    r
 }
 
 fn select<'a>(plan: &'a Plan, filter: &[String]) -> Result<Vec<&'a PlannedTask>, crate::spec::SpecDiagnostic> {

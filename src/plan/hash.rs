@@ -9,7 +9,7 @@ pub const KEY_FORMAT: u32 = 1;
 
 /// The parts of a task's spec that matter to its result, normalized: no
 /// formatting, comments, file name or position.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct SpecKey {
     pub name: String,
     pub goal: String,
@@ -27,7 +27,7 @@ pub struct SpecKey {
     pub depends_on: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct AcceptanceKey {
     pub run: String,
     pub timeout_ms: Option<u64>,

@@ -1,0 +1,273 @@
+//! The Nix-style part of a run (SPEC 4): recording a task's result in the
+//! store and `cassist.lock`, replaying it, and saying why a task is in its
+//! state.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::changes::{ChangeKind, ChangeSet};
+use crate::lock::{Lock, LockEntry};
+use crate::plan::{Plan, PlannedTask, State};
+use crate::runner::TaskReport;
+use crate::store::{ENTRY_FORMAT, Entry, Store, StoredChange};
+
+/// Stores a change set's contents; returns the stored changes and the
+/// patch hash (blake3 of their canonical JSON).
+pub fn store_changes(store: &Store, changes: &ChangeSet) -> std::io::Result<(Vec<StoredChange>, String)> {
+    let mut out = Vec::new();
+    for c in &changes.changes {
+        let old = c.old.as_deref().map(|b| store.put_object(b)).transpose()?;
+        let new = c.new.as_deref().map(|b| store.put_object(b)).transpose()?;
+        out.push(StoredChange { path: c.path.clone(), kind: c.kind.clone(), old, new, mode: c.mode });
+    }
+    let patch = crate::plan::hash::hash_json(&out);
+    Ok((out, patch))
+}
+
+/// Records a passed (or replayed) task: its objects and entry in the store,
+/// its line in the lock. `before` is the task as planned right before it
+/// ran; `after` the same task hashed once its change was integrated.
+pub fn record(
+    store: &Store,
+    lock: &mut Lock,
+    root: &Path,
+    before: &PlannedTask,
+    after: &PlannedTask,
+    report: &TaskReport,
+    agent_version: Option<String>,
+) -> std::io::Result<String> {
+    let empty = ChangeSet::default();
+    let (changes, patch) = store_changes(store, report.changes.as_ref().unwrap_or(&empty))?;
+    let mut records = BTreeMap::new();
+    if let Some(dir) = &report.record_dir
+        && let Ok(rd) = std::fs::read_dir(dir)
+    {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_file()) {
+                records.insert(e.file_name().to_string_lossy().into_owned(), store.put_object_file(&e.path())?);
+            }
+        }
+    }
+    let date = crate::lock::now_rfc3339();
+    let entry = Entry {
+        format: ENTRY_FORMAT,
+        task: before.task.name.clone(),
+        before: before.hash.clone(),
+        after: after.hash.clone(),
+        patch: patch.clone(),
+        changes,
+        key: serde_json::to_value(&before.key).unwrap_or_default(),
+        after_key: serde_json::to_value(&after.key).ok(),
+        agent: report.agent.clone(),
+        agent_version: agent_version.clone(),
+        date: date.clone(),
+        summary: report.summary.clone(),
+        cost_usd: report.cost_usd,
+        duration_ms: report.duration_ms,
+        attempts: report.attempts,
+        records,
+    };
+    store.put_entry(&entry)?;
+    lock.tasks.insert(
+        before.task.name.clone(),
+        LockEntry {
+            before: before.hash.clone(),
+            after: after.hash.clone(),
+            patch: patch.clone(),
+            agent: report.agent.clone(),
+            agent_version,
+            date,
+        },
+    );
+    lock.save(root)?;
+    Ok(patch)
+}
+
+/// Moves a recorded task's after-state to `t`'s current hash (the project
+/// as a run left it), in the lock entry and the store entry.
+pub fn update_after(store: &Store, entry: &mut LockEntry, t: &PlannedTask) {
+    entry.after = t.hash.clone();
+    if let Some(mut e) = store.get_entry(&entry.before) {
+        e.after = t.hash.clone();
+        e.after_key = serde_json::to_value(&t.key).ok();
+        let _ = store.put_entry(&e);
+    }
+}
+
+/// `cassist __apply-changes SPEC`: writes a stored change into the current
+/// folder. SPEC is `{"store": DIR, "changes": [StoredChange]}`.
+pub fn apply_changes(spec: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let text = std::fs::read(spec).map_err(|e| format!("cannot read {}: {e}", spec.display()))?;
+    let v: serde_json::Value = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
+    let store_dir = v["store"].as_str().ok_or("no store")?;
+    let changes: Vec<StoredChange> = serde_json::from_value(v["changes"].clone()).map_err(|e| e.to_string())?;
+    // The store lives under the project: `.cassist/store` → its root.
+    let root = Path::new(store_dir).parent().and_then(Path::parent).ok_or("bad store path")?;
+    let store = Store::open(root);
+    for c in &changes {
+        if let ChangeKind::Renamed { from } = &c.kind {
+            let _ = std::fs::remove_file(from);
+        }
+        if c.new.is_none() {
+            match std::fs::remove_file(&c.path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("cannot delete {}: {e}", c.path)),
+            }
+        }
+    }
+    for c in &changes {
+        let Some(h) = &c.new else { continue };
+        let bytes = store.get_object(h).map_err(|e| e.to_string())?;
+        if let Some(parent) = Path::new(&c.path).parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        }
+        if c.mode & libc::S_IFMT == libc::S_IFLNK {
+            let _ = std::fs::remove_file(&c.path);
+            std::os::unix::fs::symlink(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&bytes), &c.path)
+                .map_err(|e| e.to_string())?;
+        } else {
+            std::fs::write(&c.path, &bytes).map_err(|e| format!("cannot write {}: {e}", c.path))?;
+            std::fs::set_permissions(&c.path, std::fs::Permissions::from_mode(c.mode & 0o7777))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// Why `t` is in its state: the inputs that differ from what the lock
+/// recorded, in words ("goal changed", "src/text.py changed",
+/// "dependency text-module changed", "agent claude 1.2 → 1.3",
+/// "template changed").
+pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
+    let Some(locked) = plan.lock.tasks.get(&t.task.name) else {
+        return vec!["never run: no record in cassist.lock".to_owned()];
+    };
+    match t.state {
+        State::UpToDate => return vec!["unchanged since it was recorded".to_owned()],
+        State::Replay => {
+            return vec!["inputs equal the recorded state before the run; the stored change is replayed".to_owned()];
+        }
+        State::Run => {}
+    }
+    // Compare with the state the project was left in (the entry's
+    // after-key), else with the state before the run.
+    let Some(entry) = plan.store.get_entry(&locked.before) else {
+        return vec![format!(
+            "inputs changed since {} (the store holds no record of them to compare: it was cleaned, or this is a fresh clone)",
+            if locked.date.is_empty() { "the last run".to_owned() } else { locked.date.clone() }
+        )];
+    };
+    let after = entry.after_key.is_some();
+    let old = match key_from_json(entry.after_key.as_ref().unwrap_or(&entry.key)) {
+        Some(k) => k,
+        None => return vec!["inputs changed (the recorded key is from another version of cassist)".to_owned()],
+    };
+    let mut reasons = Vec::new();
+    let spec_old = &old.spec;
+    let spec_new = &t.key.spec;
+    let fields: [(&str, bool); 10] = [
+        ("goal", spec_old.goal != spec_new.goal),
+        ("kind", spec_old.kind != spec_new.kind),
+        ("timeout", spec_old.timeout_ms != spec_new.timeout_ms),
+        ("max-iterations", spec_old.max_iterations != spec_new.max_iterations),
+        ("max-cost", spec_old.max_cost != spec_new.max_cost),
+        ("context", spec_old.context != spec_new.context),
+        ("scope", spec_old.scope != spec_new.scope),
+        ("reference", spec_old.reference != spec_new.reference),
+        ("constraints", spec_old.constraints != spec_new.constraints),
+        ("acceptance", spec_old.acceptance != spec_new.acceptance),
+    ];
+    for (name, changed) in fields {
+        if changed {
+            reasons.push(format!("{name} changed"));
+        }
+    }
+    if spec_old.depends_on != spec_new.depends_on {
+        reasons.push("depends-on changed".to_owned());
+    }
+    let by = |k: &crate::plan::hash::InputKey| -> BTreeMap<(String, String), String> {
+        k.inputs
+            .iter()
+            .filter(|i| i.kind != "spec")
+            .map(|i| ((i.kind.to_owned(), i.name.clone()), i.hash.clone()))
+            .collect()
+    };
+    let (a, b) = (by(&old), by(&t.key));
+    // The files a task integrated are its own output: compare them with
+    // the after-state instead (they are expected to differ from before).
+    let own: std::collections::HashSet<&str> =
+        if after { Default::default() } else { entry.changes.iter().map(|c| c.path.as_str()).collect() };
+    for ((kind, name), hash) in &b {
+        match a.get(&(kind.clone(), name.clone())) {
+            Some(h) if h == hash => {}
+            Some(_) if (kind == "context" || kind == "reference") && own.contains(name.as_str()) => {
+                let now = hash.as_str();
+                let stored =
+                    entry.changes.iter().find(|c| &c.path == name).and_then(|c| c.new.as_deref()).unwrap_or("");
+                let stored_hash =
+                    plan.store.get_object(stored).map(|b| blake3::hash(&b).to_hex().to_string()).unwrap_or_default();
+                if stored_hash != now {
+                    reasons.push(format!("{name} changed"));
+                }
+            }
+            Some(_) => reasons.push(match kind.as_str() {
+                "dependency" => format!("dependency {name} changed"),
+                "agent" => match (&locked.agent_version, plan.hashing.versions.get(name).cloned().flatten()) {
+                    (Some(o), Some(n)) if *o != n => format!("agent {name} {o} → {n}"),
+                    _ => format!("agent {name} changed"),
+                },
+                "template" => "template changed".to_owned(),
+                "project" => "project commands (setup, test, build) changed".to_owned(),
+                "sandbox" => "sandbox changed".to_owned(),
+                _ => format!("{name} changed"),
+            }),
+            None => reasons.push(match kind.as_str() {
+                "agent" => format!("agent changed to {name}"),
+                "sandbox" => format!("sandbox changed to {name}"),
+                "context" | "reference" | "instructions" => format!("{name} added"),
+                _ => format!("{kind} {name} added"),
+            }),
+        }
+    }
+    for (kind, name) in a.keys() {
+        if !b.contains_key(&(kind.clone(), name.clone()))
+            && matches!(kind.as_str(), "context" | "reference" | "instructions" | "dependency")
+        {
+            reasons.push(format!("{name} removed"));
+        }
+    }
+    if reasons.is_empty() {
+        reasons.push("inputs changed".to_owned());
+    }
+    reasons
+}
+
+fn key_from_json(v: &serde_json::Value) -> Option<crate::plan::hash::InputKey> {
+    let spec: crate::plan::hash::SpecKey = serde_json::from_value(v["spec"].clone()).ok()?;
+    let inputs = v["inputs"]
+        .as_array()?
+        .iter()
+        .filter_map(|i| {
+            let kind: &'static str = match i["kind"].as_str()? {
+                "spec" => "spec",
+                "agent" => "agent",
+                "sandbox" => "sandbox",
+                "template" => "template",
+                "project" => "project",
+                "instructions" => "instructions",
+                "context" => "context",
+                "reference" => "reference",
+                "dependency" => "dependency",
+                _ => return None,
+            };
+            Some(crate::plan::hash::Input {
+                kind,
+                name: i["name"].as_str()?.to_owned(),
+                hash: i["hash"].as_str()?.to_owned(),
+            })
+        })
+        .collect();
+    Some(crate::plan::hash::InputKey { format: v["format"].as_u64()? as u32, spec, inputs })
+}
