@@ -28,6 +28,13 @@ pub struct Cli {
     pub command: Command,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum OutputLogs {
+    #[default]
+    Summary,
+    Full,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ColorChoice {
     Auto,
@@ -68,6 +75,9 @@ pub enum Command {
     },
     /// List built-in and custom agents: installed?, version.
     Agents,
+    /// The store of recorded results (.cassist/store).
+    #[command(subcommand)]
+    Cache(CacheCommand),
     /// Write a commented cassist.kdl and tasks/example.kdl.
     Init,
     /// Print a shell completion script.
@@ -100,6 +110,21 @@ pub enum Command {
     SandboxProbe { dir: PathBuf, lower: Option<PathBuf> },
 }
 
+/// `cassist cache`.
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// Entries with their size and age.
+    Ls,
+    /// Remove entries the lock does not reference, beyond the newest N.
+    Gc {
+        /// How many of the newest entries to keep besides the locked ones.
+        #[arg(long, default_value_t = 20)]
+        keep: usize,
+    },
+    /// Remove the whole store.
+    Clean,
+}
+
 /// `cassist run`.
 #[derive(Debug, Args, Default)]
 pub struct RunArgs {
@@ -123,6 +148,10 @@ pub struct RunArgs {
     /// Write machine-readable results here.
     #[arg(long, value_name = "FILE")]
     pub report_json: Option<PathBuf>,
+    /// For tasks taken from the cache: `summary` (one line) or `full`
+    /// (the stored transcript too).
+    #[arg(long, value_enum, default_value_t = OutputLogs::Summary, value_name = "WHAT")]
+    pub output_logs: OutputLogs,
 }
 
 /// Where the tasks are, and what the command line adds to them.

@@ -1,6 +1,7 @@
 //! One file per subcommand; each returns an exit code.
 
 mod agents;
+mod cache;
 mod check;
 mod explain;
 mod init;
@@ -22,6 +23,7 @@ pub fn dispatch(command: Command, cwd: &Path, out: &Output) -> i32 {
         Command::Prompt { task, tasks } => prompt::run(cwd, &task, &tasks, out),
         Command::Explain { task, tasks, json } => explain::run(cwd, &task, &tasks, json, out),
         Command::Agents => agents::run(cwd, out),
+        Command::Cache(c) => cache::run(cwd, &c, out),
         Command::Init => init::run(cwd, out),
         Command::SandboxExec { .. } | Command::SandboxProbe { .. } | Command::ApplyChanges { .. } => {
             crate::exit::INVALID_INPUT

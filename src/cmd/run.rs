@@ -208,7 +208,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
                 _ => None,
             };
             outputs.insert(t.task.name.clone(), output.unwrap_or_else(|| t.hash.clone()));
-            print_finished(out, &r);
+            print_finished(out, &r, args.output_logs);
             let failed = !r.state.is_success() && r.state != TaskState::Skipped;
             if failed && !args.keep_going && stop.is_none() {
                 stop = Some(format!("not started: `{}` failed (use --keep-going to run independent tasks)", r.name));
@@ -328,8 +328,31 @@ fn workspaces_dir(root: &Path) -> PathBuf {
     dir
 }
 
-fn print_finished(out: &Output, r: &TaskReport) {
+fn print_finished(out: &Output, r: &TaskReport, logs: crate::cli::OutputLogs) {
     if out.quiet && r.state.is_success() {
+        return;
+    }
+    if r.state == TaskState::UpToDate {
+        // A cache hit: one line with the stored summary, and where the
+        // transcript is (or the transcript itself with --output-logs full).
+        let summary: String =
+            r.summary.as_deref().unwrap_or("").lines().next().unwrap_or("").chars().take(100).collect();
+        let mut line = format!("{} {}", r.name, out.green("up-to-date"));
+        if !summary.is_empty() {
+            line.push_str(&format!(": {summary}"));
+        }
+        crate::outln!("{line}");
+        if let Some(t) = &r.transcript {
+            if logs == crate::cli::OutputLogs::Full {
+                if let Ok(text) = std::fs::read_to_string(t) {
+                    for l in text.lines() {
+                        crate::outln!("  | {l}");
+                    }
+                }
+            } else {
+                crate::outln!("  {}", out.dim(&format!("transcript: {}", t.display())));
+            }
+        }
         return;
     }
     let state = match r.state {

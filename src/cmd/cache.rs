@@ -1,0 +1,113 @@
+//! `cassist cache ls|gc|clean`: the store.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use crate::cli::CacheCommand;
+use crate::exit;
+use crate::report::Output;
+use crate::report::table::Table;
+use crate::store::Store;
+
+pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> i32 {
+    let root = crate::project::find_root(cwd);
+    let root = std::fs::canonicalize(&root).unwrap_or(root);
+    let store = Store::open(&root);
+    match command {
+        CacheCommand::Ls => {
+            let entries = store.list();
+            if entries.is_empty() {
+                crate::outln!("the store is empty ({})", store.dir().display());
+                return exit::SUCCESS;
+            }
+            let lock = crate::lock::Lock::load(&root).unwrap_or_default();
+            let mut table = Table::new(&["TASK", "HASH", "AGE", "SIZE", "IN LOCK", "SUMMARY"]);
+            let now = std::time::SystemTime::now();
+            let mut total = 0;
+            for (e, size, when) in &entries {
+                total += size;
+                let age = now.duration_since(*when).map_or("-".to_owned(), |d| human_age(d.as_secs()));
+                let locked = lock.tasks.get(&e.task).is_some_and(|l| l.before == e.before);
+                let summary: String =
+                    e.summary.as_deref().unwrap_or("").lines().next().unwrap_or("").chars().take(50).collect();
+                table.row(vec![
+                    e.task.clone(),
+                    e.before[..12].to_owned(),
+                    age,
+                    human_size(*size),
+                    if locked { out.green("yes") } else { out.dim("no") },
+                    summary,
+                ]);
+            }
+            crate::out!("{}", table.render(|h| out.dim(h)));
+            crate::outln!(
+                "{} entr{}, {} in {}",
+                entries.len(),
+                if entries.len() == 1 { "y" } else { "ies" },
+                human_size(total),
+                store.dir().display()
+            );
+            exit::SUCCESS
+        }
+        CacheCommand::Gc { keep } => {
+            let lock = match crate::lock::Lock::load(&root) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("error: {}", e.0);
+                    return exit::INVALID_INPUT;
+                }
+            };
+            let referenced: HashSet<String> = lock.tasks.values().map(|l| l.before.clone()).collect();
+            let _guard = crate::store::ProjectLock::acquire(&root, || {
+                eprintln!("waiting for a cassist run on this project to finish...")
+            });
+            match store.gc(&referenced, *keep) {
+                Ok((removed, freed)) => {
+                    crate::outln!(
+                        "removed {removed} entr{}, freed {}",
+                        if removed == 1 { "y" } else { "ies" },
+                        human_size(freed)
+                    );
+                    exit::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: cannot collect the store: {e}");
+                    exit::TASK_FAILED
+                }
+            }
+        }
+        CacheCommand::Clean => {
+            let _guard = crate::store::ProjectLock::acquire(&root, || {
+                eprintln!("waiting for a cassist run on this project to finish...")
+            });
+            match store.clean() {
+                Ok(()) => {
+                    crate::outln!("removed {}", store.dir().display());
+                    exit::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: cannot remove {}: {e}", store.dir().display());
+                    exit::TASK_FAILED
+                }
+            }
+        }
+    }
+}
+
+fn human_size(bytes: u64) -> String {
+    match bytes {
+        b if b < 1024 => format!("{b} B"),
+        b if b < 1024 * 1024 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b if b < 1024 * 1024 * 1024 => format!("{:.1} MiB", b as f64 / 1048576.0),
+        b => format!("{:.1} GiB", b as f64 / 1073741824.0),
+    }
+}
+
+fn human_age(secs: u64) -> String {
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
