@@ -244,6 +244,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
             eprintln!("warning: could not write cassist.lock: {e}");
         }
     }
+    runner.plan.save_caches();
     if !out.quiet || reports.iter().any(|r| !r.state.is_success()) {
         print_summary(out, &reports, &run_dir);
     }

@@ -104,6 +104,9 @@ pub struct Plan {
     pub store: crate::store::Store,
     /// What every task's key shares (for hashing again during a run).
     pub hashing: Hashing,
+    /// The file-hash cache, kept for hashing again during a run (saved by
+    /// [`Plan::save_caches`]).
+    pub file_cache: std::sync::Mutex<filehash::FileHashCache>,
 }
 
 impl Plan {
@@ -593,6 +596,7 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
         lock,
         store,
         hashing,
+        file_cache: std::sync::Mutex::new(cache),
     })
 }
 
@@ -676,6 +680,13 @@ fn spec_key(task: &Task, timeout: Duration, max_iterations: u32, max_cost: Optio
 }
 
 impl Plan {
+    /// Writes the caches kept in memory during a run.
+    pub fn save_caches(&self) {
+        if let Ok(mut c) = self.file_cache.lock() {
+            let _ = c.save();
+        }
+    }
+
     /// Hashes `t` again on the project as it is now (earlier tasks may have
     /// changed its context files), with the outputs of its dependencies,
     /// and sets its state. Used by `run` right before each task, and after
@@ -709,8 +720,7 @@ impl Plan {
         }
         instr.sort_by(|a, b| a.path.cmp(&b.path));
         instr.dedup_by(|a, b| a.path == b.path);
-        let cache_path = crate::store::state_dir(root).join("cache").join("file-hashes");
-        let mut cache = filehash::FileHashCache::load(&cache_path);
+        let Ok(mut cache) = self.file_cache.lock() else { return Err("the file-hash cache is unusable".into()) };
         let mut inputs = |kind: &'static str, files: &[ResolvedFile]| -> Result<Vec<Input>, String> {
             let refs: Vec<&ResolvedFile> = files.iter().collect();
             let hashes = cache.hash_files(root, &refs).map_err(|(p, e)| format!("cannot read {p}: {e}"))?;
@@ -723,7 +733,6 @@ impl Plan {
         let instructions = inputs("instructions", &instr)?;
         let context = inputs("context", &ctx)?;
         let reference = inputs("reference", &refs)?;
-        let _ = cache.save();
         t.context_files = ctx.iter().map(|f| f.path.clone()).collect();
         t.reference_files = refs.iter().map(|f| f.path.clone()).collect();
         self.hashing.fill_key(&self.project.config, t, &instructions, context, reference, outputs);
