@@ -339,6 +339,25 @@ impl Runner<'_> {
                 }),
                 None => agent.inv.argv.clone(),
             };
+            if agent.inv.builtin == Some(crate::agent::Builtin::Codex)
+                && t.sandbox != crate::spec::SandboxLevel::Full
+                && base_argv.iter().any(|a| a == "danger-full-access")
+            {
+                (self.events)(Event::Note {
+                    task: name,
+                    message: if writable.is_some() {
+                        format!(
+                            "codex's own sandbox cannot start inside cassist's Landlock sandbox: Landlock enforces `{}` (codex runs with danger-full-access)",
+                            t.sandbox
+                        )
+                    } else {
+                        format!(
+                            "no user namespaces here for codex's own sandbox: `{}` rests on the review of the change (codex runs with danger-full-access)",
+                            t.sandbox
+                        )
+                    },
+                });
+            }
             let argv = invoke::fill_argv(
                 &base_argv,
                 &Placeholders { prompt: &prompt, prompt_file: &prompt_file, workdir: &ws.dir, task: name },

@@ -12,15 +12,17 @@ pub const ENV: &[&str] = &["CODEX_HOME", "OPENAI_API_KEY", "OPENAI_BASE_URL", "O
 pub const LAST_MESSAGE: &str = "codex-last-message.txt";
 
 pub fn argv(input: &AdapterInput<'_>) -> Vec<String> {
+    // Codex's own sandbox (bubblewrap) needs user namespaces and mounts:
+    // where it cannot start (no user namespaces, or inside cassist's
+    // Landlock sandbox, which refuses mounts) Codex runs unrestricted and
+    // cassist's Landlock sandbox enforces the level.
     let level = match input.sandbox {
+        _ if !input.userns => "danger-full-access",
+        _ if input.read_only_kind => "read-only",
         SandboxLevel::ReadOnly => "read-only",
-        // Codex's sandbox needs user namespaces; where there are none it
-        // runs unrestricted inside cassist's Landlock sandbox.
-        SandboxLevel::WorkspaceWrite if !input.userns => "danger-full-access",
         SandboxLevel::WorkspaceWrite => "workspace-write",
         SandboxLevel::Full => "danger-full-access",
     };
-    let level = if input.read_only_kind { "read-only" } else { level };
     let mut argv: Vec<String> = ["codex", "exec", "-C"].iter().map(|s| (*s).to_owned()).collect();
     argv.push(input.workdir.display().to_string());
     argv.extend(["--sandbox".to_owned(), level.to_owned(), "--json".to_owned(), "-o".to_owned()]);
@@ -159,6 +161,7 @@ mod tests {
         assert_eq!(level(&input(SandboxLevel::WorkspaceWrite, false, true)), "workspace-write");
         assert_eq!(level(&input(SandboxLevel::WorkspaceWrite, true, true)), "read-only");
         assert_eq!(level(&input(SandboxLevel::WorkspaceWrite, false, false)), "danger-full-access");
+        assert_eq!(level(&input(SandboxLevel::ReadOnly, true, false)), "danger-full-access");
         assert_eq!(level(&input(SandboxLevel::Full, false, true)), "danger-full-access");
         assert!(argv(&input(SandboxLevel::ReadOnly, false, true)).contains(&"--skip-git-repo-check".to_owned()));
     }
