@@ -310,13 +310,13 @@ struct Fx {
 
 impl Fx {
     fn new(cassist_kdl: &str, tasks: &str) -> Fx {
-        Fx::new_in(Path::new(env!("CARGO_TARGET_TMPDIR")), cassist_kdl, tasks)
+        Fx::new_in(&common::outside_temp_dir(), cassist_kdl, tasks)
     }
 
     /// Like [`new`](Fx::new), with the project (only) under `base`.
     fn new_in(base: &Path, cassist_kdl: &str, tasks: &str) -> Fx {
         let tmp = |base: &Path, prefix: &str| tempfile::Builder::new().prefix(prefix).tempdir_in(base).unwrap();
-        let target_tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let target_tmp = &common::outside_temp_dir();
         let fx = Fx {
             project: tmp(base, "cassist-agents-"),
             home: tmp(target_tmp, "cassist-agents-home-"),
@@ -936,7 +936,7 @@ fn landlock_read_only_agent_cannot_write_its_workspace() {
     }
     // The workspace in a temp folder (the copy always is; a project under
     // /tmp too in overlay mode) must not be writable through that folder.
-    for base in [Path::new(env!("CARGO_TARGET_TMPDIR")), &std::env::temp_dir()] {
+    for base in [&common::outside_temp_dir(), &std::env::temp_dir()] {
         read_only_agent_cannot_write_its_workspace("overlay", base);
         read_only_agent_cannot_write_its_workspace("copy", base);
     }

@@ -34,7 +34,7 @@ impl Fx {
         // Outside the temp folder: in copy mode, agents may write temp
         // folders only when the user's project is not inside one (see
         // `absolute_path_write_in_copy_mode_is_refused`).
-        let dir = tempfile::Builder::new().prefix("cassist-test-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let dir = tempfile::Builder::new().prefix("cassist-test-").tempdir_in(common::outside_temp_dir()).unwrap();
         Fx::with_project(Project { dir }, agents, tasks)
     }
 

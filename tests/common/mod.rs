@@ -106,3 +106,28 @@ pub fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A folder for test projects that lies outside the temp folders: agents
+/// may write temp folders, so a project (or HOME) inside one would be
+/// writable to them. `CARGO_TARGET_TMPDIR` unless the checkout itself is
+/// under a temp folder (as a CI clone may be), else `~/.cache/cassist-tests`.
+pub fn outside_temp_dir() -> PathBuf {
+    let temps: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"]
+        .iter()
+        .map(PathBuf::from)
+        .chain(std::env::var_os("TMPDIR").map(PathBuf::from))
+        .map(|p| p.canonicalize().unwrap_or(p))
+        .collect();
+    let under_temp = |p: &Path| {
+        let p = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        temps.iter().any(|t| p.starts_with(t))
+    };
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    if !under_temp(&target) {
+        return target;
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+    let dir = home.join(".cache").join("cassist-tests");
+    std::fs::create_dir_all(&dir).expect("create ~/.cache/cassist-tests");
+    dir
+}
