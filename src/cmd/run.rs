@@ -127,6 +127,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
         events: &events,
     };
 
+    crate::plan::timing("prepare run");
     let mut reports: Vec<TaskReport> = Vec::new();
     let mut by_name: HashMap<String, usize> = HashMap::new();
     let mut stop: Option<String> = None;
@@ -134,17 +135,41 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
     let mut outputs: HashMap<String, String> = HashMap::new();
     let mut lock = plan.lock.clone();
     let mut needs_agent: Vec<(String, Vec<String>)> = Vec::new();
+    // Until a task of this run touches the tree, the plan's hashes are the
+    // tree's: hashing again is needed only from then on.
+    let mut touched = false;
     for planned in &selected {
         let mut t = planned.clone();
         let report = if cancel.is_cancelled() {
             TaskReport::skipped(&t, "interrupted")
         } else if let Some(why) = &stop {
             TaskReport::skipped(&t, why.clone())
-        } else if let Some(dep) =
-            t.key.spec.depends_on.iter().find(|d| by_name.get(*d).is_some_and(|&i| !reports[i].state.is_success()))
+        } else if let Some(dep) = t
+            .key
+            .spec
+            .depends_on
+            .iter()
+            .find(|d| by_name.get(*d).is_some_and(|&i| !reports[i].state.is_success()))
+            .cloned()
         {
-            TaskReport::skipped(&t, format!("dependency `{dep}` did not pass"))
-        } else if let Err(e) = runner.plan.rehash(&mut t, &outputs) {
+            // With --locked, a dependency held back because it needs an
+            // agent changes this task's inputs too: name it as well.
+            let held_back = |d: &String| {
+                by_name.get(d).is_none_or(|&i| reports[i].state.is_success()) || needs_agent.iter().any(|(n, _)| n == d)
+            };
+            if args.locked
+                && t.key.spec.depends_on.iter().all(held_back)
+                && runner.plan.rehash(&mut t, &outputs).is_ok()
+                && t.state == State::Run
+            {
+                let why = crate::cache::why(runner.plan, &t);
+                needs_agent.push((t.task.name.clone(), why.clone()));
+                outputs.insert(t.task.name.clone(), t.hash.clone());
+                TaskReport::skipped(&t, format!("--locked: an agent would be needed ({})", why.join("; ")))
+            } else {
+                TaskReport::skipped(&t, format!("dependency `{dep}` did not pass"))
+            }
+        } else if let Err(e) = if touched { runner.plan.rehash(&mut t, &outputs) } else { Ok(()) } {
             TaskReport { state: TaskState::Failed, reason: Some(e), ..TaskReport::new(&t) }
         } else {
             if args.no_cache {
@@ -182,7 +207,26 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
             // failure to record never fails the run.
             let output = match (r.state, t.state) {
                 (TaskState::UpToDate, _) => lock.tasks.get(&t.task.name).map(|e| e.patch.clone()),
-                (TaskState::Passed | TaskState::Replayed, _) => {
+                (TaskState::Replayed, _) => {
+                    // The stored entry (the agent's prompts, transcripts,
+                    // cost) and the lock line stand as recorded: recording
+                    // the replay would drop them and churn the lock's date.
+                    // Only the after-state may move.
+                    let mut after = t.clone();
+                    let rehashed = runner.plan.rehash(&mut after, &outputs).is_ok();
+                    let moved = match lock.tasks.get_mut(&t.task.name) {
+                        Some(entry) if rehashed && entry.after != after.hash => {
+                            crate::cache::update_after(&runner.plan.store, entry, &after);
+                            true
+                        }
+                        _ => false,
+                    };
+                    if moved && let Err(e) = lock.save(&runner.plan.project.root) {
+                        eprintln!("warning: could not write cassist.lock: {e}");
+                    }
+                    lock.tasks.get(&t.task.name).map(|e| e.patch.clone())
+                }
+                (TaskState::Passed, _) => {
                     let mut after = t.clone();
                     let recorded =
                         runner.plan.rehash(&mut after, &outputs).map_err(std::io::Error::other).and_then(|()| {
@@ -208,6 +252,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
                 _ => None,
             };
             outputs.insert(t.task.name.clone(), output.unwrap_or_else(|| t.hash.clone()));
+            touched |= !matches!(r.state, TaskState::UpToDate | TaskState::Skipped);
             print_finished(out, &r, args.output_logs);
             let failed = !r.state.is_success() && r.state != TaskState::Skipped;
             if failed && !args.keep_going && stop.is_none() {
@@ -220,11 +265,12 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
         reports.push(report);
     }
 
+    crate::plan::timing("run tasks");
     let interrupted = cancel.is_cancelled() || interrupts.load(Ordering::SeqCst) > 0;
     // A later task may change an earlier one's context files: the state
     // the project is left in is what each recorded task's after-hash must
     // describe, so an unchanged project is up-to-date next time.
-    if !interrupted && !args.locked {
+    if touched && !interrupted && !args.locked {
         let mut changed = false;
         for planned in &selected {
             let Some(&i) = by_name.get(&planned.task.name) else { continue };
@@ -245,6 +291,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
         }
     }
     runner.plan.save_caches();
+    crate::plan::timing("final hashes");
     if !out.quiet || reports.iter().any(|r| !r.state.is_success()) {
         print_summary(out, &reports, &run_dir);
     }

@@ -303,8 +303,9 @@ pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic
     Ok(Loaded { project, tasks, files, template: (template_name, template_text), warnings, agent_override, spec_cache })
 }
 
-/// With `CASSIST_TIMINGS=1`, prints how long each planning phase took.
-fn timing(phase: &str) {
+/// With `CASSIST_TIMINGS=1`, prints how long each planning phase took
+/// (and `run` its own phases).
+pub fn timing(phase: &str) {
     use std::sync::Mutex;
     use std::time::Instant;
     static LAST: Mutex<Option<Instant>> = Mutex::new(None);
@@ -535,6 +536,7 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
         )
     })?;
     let store = crate::store::Store::open(&project.root);
+    timing("read lock");
     let hashing = Hashing { template_name: template.0.clone(), template_hash, project_hash, versions };
     let mut planned: Vec<PlannedTask> = Vec::with_capacity(tasks.len());
     // What each planned task hands its dependents: its recorded output
