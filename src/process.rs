@@ -545,6 +545,14 @@ pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> io::Result<Fi
     expr = expr.before_spawn(move |c| {
         c.arg0(&arg0);
         c.process_group(0);
+        // If cassist itself dies (SIGKILL), the command dies with it.
+        // SAFETY: prctl is async-signal-safe; nothing else runs in the hook.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(c, || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+                Ok(())
+            });
+        }
         Ok(())
     });
     let handle = expr.start().map_err(|e| spawn_error(cmd, &program, e));

@@ -219,6 +219,9 @@ fn mount_overlay(lower: &Path, upper: &Path, work: &Path) -> Result<(), String> 
 
 /// `cassist __sandbox-exec`: never returns.
 pub fn exec(spec: &ExecSpec) -> ! {
+    // The wrapper (and through the init's own parent-death signal, the
+    // whole namespace) ends when cassist does.
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     let Some(overlay) = spec.overlay.clone() else {
         // Copy mode: no namespaces, Landlock only.
         let argv = c_argv(spec);

@@ -153,6 +153,9 @@ impl Workspace {
         let root = &root.canonicalize()?;
         std::fs::create_dir_all(parent)?;
         let base = tempfile::Builder::new().prefix(&format!("{}-", sanitize(name))).tempdir_in(parent)?.keep();
+        // Whose it is: a workspace left by a cassist that was killed is
+        // removed by the next run (`remove_stale`).
+        std::fs::write(base.join(OWNER), std::process::id().to_string())?;
         let root_owned = root.to_path_buf();
         // Overlay: the manifest is read while the task starts. Copy: before
         // copying, so that an edit made during the copy is a conflict later
@@ -430,6 +433,28 @@ impl Drop for Workspace {
             remove_tree(&self.base);
         }
     }
+}
+
+const OWNER: &str = "owner.pid";
+
+/// Removes the workspaces under `parent` whose cassist process is gone (a
+/// run killed with SIGKILL cannot clean up after itself). Returns how many.
+pub fn remove_stale(parent: &Path) -> usize {
+    let mut removed = 0;
+    let Ok(rd) = std::fs::read_dir(parent) else { return 0 };
+    for e in rd.flatten() {
+        let dir = e.path();
+        let Some(pid) = std::fs::read_to_string(dir.join(OWNER)).ok().and_then(|s| s.trim().parse::<i32>().ok()) else {
+            continue;
+        };
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+            && std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.contains("cassist"));
+        if !alive {
+            remove_tree(&dir);
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// Removes a folder tree, including the kernel's unreadable overlay work

@@ -811,7 +811,25 @@ fn a_run_killed_mid_task_leaves_a_store_the_next_run_uses() {
     child.kill().unwrap(); // SIGKILL
     let status = child.wait().unwrap();
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
-    // Let an agent that outlived cassist finish.
+    // The agent dies with cassist (parent-death signal): no process of it
+    // is left.
+    let marker = fx.out().join("count.sh").display().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let alive: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains(&marker))
+            .collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent outlived the killed cassist: {alive:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     std::fs::write(fx.count_dir().join("go"), "").unwrap();
 
     // What was recorded before the kill is whole; top is not recorded.
@@ -821,8 +839,20 @@ fn a_run_killed_mid_task_leaves_a_store_the_next_run_uses() {
     fx.assert_consistent(&recorded);
     assert_eq!(fx.read("out/top.txt"), "todo\n", "the killed task was integrated");
 
+    // The killed run's workspace is still there; the next run removes it.
+    let workspaces = |tmp: &str| -> usize {
+        walkdir::WalkDir::new(tmp)
+            .min_depth(2)
+            .max_depth(2)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.path().join("owner.pid").is_file())
+            .count()
+    };
+    assert_eq!(workspaces(&tmp), 1, "the killed run's workspace");
     let done = fx.run_env(&[], &[("TMPDIR", &tmp)]);
     done.exit(0);
+    assert_eq!(workspaces(&tmp), 0, "the stale workspace was not removed");
     let s = done.states();
     assert_eq!(s["base"], "up-to-date", "{}", done.transcript());
     assert_eq!(s["top"], "passed", "{}", done.transcript());

@@ -76,6 +76,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
         }
     };
     let workspaces = workspaces_dir(&plan.project.root);
+    crate::workspace::remove_stale(&workspaces);
     let (mode, why) = detect_mode(&exe, &plan.project.root, &workspaces);
     if let Some(why) = why {
         eprintln!(
