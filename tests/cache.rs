@@ -955,3 +955,43 @@ fn a_corrupt_lock_is_a_clear_error() {
     fx.write("cassist.lock", &lock);
     assert_all_up_to_date(&fx);
 }
+
+/// A fake `claude` CLI: `--version` prints the version in `FAKE_CLAUDE_VERSION`
+/// (baked into the script, so a new version is a new binary); otherwise it
+/// writes `out/<task>.txt` and prints Claude's JSON result.
+fn fake_claude(bin: &Path, version: &str) {
+    let script = format!(
+        "#!/bin/sh\nif [ \"${{1:-}}\" = --version ]; then echo '{version} (Claude Code)'; exit 0; fi\ncat > /dev/null\nmkdir -p out\necho \"claude $CASSIST_TASK\" > \"out/$CASSIST_TASK.txt\"\necho '{{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"done\",\"num_turns\":1,\"usage\":{{\"input_tokens\":10,\"output_tokens\":2}},\"total_cost_usd\":0.01,\"permission_denials\":[]}}'\n"
+    );
+    std::fs::create_dir_all(bin).unwrap();
+    let path = bin.join("claude");
+    std::fs::write(&path, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A new binary on every call: a later mtime even within one second.
+    let when = std::time::SystemTime::now() + Duration::from_secs(if version.ends_with('3') { 10 } else { 0 });
+    std::fs::File::options().write(true).open(&path).unwrap().set_modified(when).unwrap();
+}
+
+#[test]
+fn a_new_agent_version_reruns_the_task_and_explain_names_it() {
+    let fx = Fx::new();
+    fx.write("tasks/t.kdl", "task \"solo\" {\n    goal \"Write out/solo.txt.\"\n    agent \"claude\"\n}\n");
+    let bin = fx.out().join("bin");
+    fake_claude(&bin, "1.2");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let run = |args: &[&str]| fx.run_env(args, &[("PATH", &path)]);
+    let done = run(&["--filter", "solo"]);
+    done.exit(0);
+    assert_eq!(done.states()["solo"], "passed", "{}", done.transcript());
+    let lock = cassist::lock::Lock::load(fx.path()).unwrap();
+    assert_eq!(lock.tasks["solo"].agent_version.as_deref(), Some("1.2 (Claude Code)"));
+    assert_eq!(run(&["--filter", "solo"]).states()["solo"], "up-to-date");
+
+    fake_claude(&bin, "1.3");
+    let explain = fx.command(&["explain", "solo"], &[("PATH", &path)]).output().unwrap();
+    let text = String::from_utf8_lossy(&explain.stdout);
+    assert!(text.contains("agent claude 1.2 (Claude Code) → 1.3 (Claude Code)"), "{text}");
+    let done = run(&["--filter", "solo"]);
+    assert_eq!(done.states()["solo"], "passed", "a new agent version runs the task again: {}", done.transcript());
+}
