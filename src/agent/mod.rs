@@ -141,6 +141,22 @@ impl Builtin {
     }
 }
 
+/// What a built-in CLI needs to reach its model API from a network behind
+/// a proxy or a private certificate authority.
+pub const NETWORK_ENV: &[&str] = &[
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+];
+
 /// A built-in agent: its program (for finding it) and variables; the
 /// command line is made per run by its adapter.
 pub fn builtin_invocation(name: &str) -> Option<invoke::Invocation> {
@@ -149,7 +165,7 @@ pub fn builtin_invocation(name: &str) -> Option<invoke::Invocation> {
     Some(invoke::Invocation {
         name: name.to_owned(),
         argv: vec![program.to_owned()],
-        pass_env: b.env().iter().map(|s| (*s).to_owned()).collect(),
+        pass_env: b.env().iter().chain(NETWORK_ENV).map(|s| (*s).to_owned()).collect(),
         stdin_prompt: true,
         builtin: Some(b),
     })
@@ -183,4 +199,21 @@ pub fn cached_version(state_dir: &Path, name: &str) -> Option<String> {
         let _ = crate::store::write_atomic(&cache_file, &json);
     }
     Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_in_agents_pass_their_own_and_network_variables_only() {
+        let inv = builtin_invocation("claude").unwrap();
+        for v in ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "HTTPS_PROXY", "NO_PROXY", "NODE_EXTRA_CA_CERTS"] {
+            assert!(inv.pass_env.iter().any(|p| p == v), "{v}");
+        }
+        assert!(!inv.pass_env.iter().any(|p| p == "OPENAI_API_KEY"), "another agent's key");
+        let codex = builtin_invocation("codex").unwrap();
+        assert!(codex.pass_env.iter().any(|p| p == "CODEX_HOME"));
+        assert!(!codex.pass_env.iter().any(|p| p == "ANTHROPIC_API_KEY"));
+    }
 }
