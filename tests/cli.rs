@@ -1055,3 +1055,14 @@ fn closed_stdout_is_not_a_crash() {
     assert!(!stderr.contains("panicked"), "cassist panicked on a closed pipe:\n{stderr}");
     assert!(!stderr.contains("Broken pipe"), "{stderr}");
 }
+
+#[test]
+fn run_with_an_invalid_spec_exits_2_and_writes_nothing() {
+    let p = Project::new();
+    p.file("cassist.kdl", "trust \"workspace-write\"\n").file("tasks/a.kdl", "task \"x\" { gaol \"y\" }\n");
+    let run = p.run(&["run"]);
+    assert_eq!(run.code(), 2, "{}", run.transcript());
+    assert!(run.stderr().contains("did you mean `goal`?"), "{}", run.stderr());
+    assert!(!p.path().join(".cassist").exists(), "run wrote .cassist/ for an invalid spec");
+    assert!(!p.path().join("cassist.lock").exists());
+}

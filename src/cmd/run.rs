@@ -40,9 +40,18 @@ impl<'a> RunReport<'a> {
 }
 
 pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
+    // Task files and config are read and checked first: invalid input ends
+    // here, with nothing written.
+    let loaded = match crate::plan::load(cwd, &super::load_options(&args.tasks)) {
+        Ok(l) => l,
+        Err(diags) => {
+            out.print_diagnostics(&diags);
+            return exit::INVALID_INPUT;
+        }
+    };
     // One run at a time per project: a second waits, then plans on what
     // the first recorded (and runs nothing twice).
-    let root = crate::project::find_root(cwd);
+    let root = loaded.project.root.clone();
     let _project_lock = match crate::store::ProjectLock::acquire(&root, || {
         eprintln!("waiting for another cassist run on this project to finish...")
     }) {
@@ -52,9 +61,15 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
             return exit::TASK_FAILED;
         }
     };
-    let plan = match super::plan_or_exit(cwd, &args.tasks, out) {
-        Ok(p) => p,
-        Err(code) => return code,
+    let plan = match crate::plan::plan(loaded) {
+        Ok(p) => {
+            out.print_diagnostics(&p.warnings);
+            p
+        }
+        Err(d) => {
+            out.print_diagnostics(&[d]);
+            return exit::INVALID_INPUT;
+        }
     };
     // --filter: the named tasks and what they depend on.
     let selected: Vec<PlannedTask> = match select(&plan, &args.filter) {
