@@ -115,6 +115,14 @@ pub fn apply_changes(spec: &Path) -> Result<(), String> {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(format!("cannot delete {}: {e}", c.path)),
             }
+            // Folders left empty go too (a folder may give way to a file).
+            let mut dir = Path::new(&c.path).parent();
+            while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+                if std::fs::remove_dir(d).is_err() {
+                    break;
+                }
+                dir = d.parent();
+            }
         }
     }
     for c in &changes {
@@ -123,8 +131,15 @@ pub fn apply_changes(spec: &Path) -> Result<(), String> {
         if let Some(parent) = Path::new(&c.path).parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
         }
+        // Never write through what is there now (a symlink would lead the
+        // write elsewhere): replace it.
+        match std::fs::symlink_metadata(&c.path) {
+            Ok(m) if !m.is_dir() => {
+                std::fs::remove_file(&c.path).map_err(|e| format!("cannot replace {}: {e}", c.path))?
+            }
+            _ => {}
+        }
         if c.mode & libc::S_IFMT == libc::S_IFLNK {
-            let _ = std::fs::remove_file(&c.path);
             std::os::unix::fs::symlink(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&bytes), &c.path)
                 .map_err(|e| e.to_string())?;
         } else {

@@ -1021,9 +1021,11 @@ pub fn tail_lines(text: &str, limit: usize) -> String {
     if text.len() <= limit {
         return text.trim_end().to_owned();
     }
-    let start = text.len() - limit;
+    let mut start = text.len() - limit;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
     let start = text[start..].find('\n').map_or(start, |p| start + p + 1);
-    let start = (start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
     text[start..].trim_end().to_owned()
 }
 
@@ -1045,4 +1047,19 @@ fn review_reason(review: &Review, read_only: bool) -> String {
 fn project_has_tests(root: &Path) -> bool {
     let files = crate::workspace::project_files(root);
     review::has_tests(files.iter().map(|(p, _)| p.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tails_cut_at_characters_and_lines() {
+        let text = format!("{}xy\nlast line\n", "é".repeat(1001));
+        let t = tail_lines(&text, 505);
+        assert_eq!(t, "last line");
+        let t = tail_lines(&"é".repeat(300), 101);
+        assert!(t.chars().all(|c| c == 'é') && t.len() <= 101, "{t}");
+        assert_eq!(tail_lines("short\n", 100), "short");
+    }
 }

@@ -303,15 +303,16 @@ impl Workspace {
                 let rel = path.strip_prefix(&upper).unwrap_or(&path).to_string_lossy().into_owned();
                 let ft = meta.file_type();
                 if ft.is_dir() {
-                    if !root.join(&rel).is_dir() && root.join(&rel).exists() {
-                        // A file replaced by a folder.
+                    // A file (or a symlink, never followed) replaced by a
+                    // folder.
+                    if std::fs::symlink_metadata(root.join(&rel)).is_ok_and(|m| !m.is_dir()) {
                         out.insert(rel.clone(), deleted(&root, &rel));
                     }
                     stack.push(path);
                 } else if ft.is_char_device() && meta.rdev() == 0 {
                     // A whiteout: deleted (a file, or a whole folder).
                     let lower = root.join(&rel);
-                    if lower.is_dir() {
+                    if lower.symlink_metadata().is_ok_and(|m| m.is_dir()) {
                         for (p, _) in files_below(&lower, &root) {
                             out.insert(p.clone(), deleted(&root, &p));
                         }

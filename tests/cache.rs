@@ -995,3 +995,34 @@ fn a_new_agent_version_reruns_the_task_and_explain_names_it() {
     let done = run(&["--filter", "solo"]);
     assert_eq!(done.states()["solo"], "passed", "a new agent version runs the task again: {}", done.transcript());
 }
+
+#[test]
+fn replaying_a_change_never_writes_through_a_symlink() {
+    // The agent replaces a symlink by a file; the replay must do the same,
+    // not write the new content into the link's target.
+    let p = common::Project {
+        dir: tempfile::Builder::new().prefix("cassist-link-").tempdir_in(common::outside_temp_dir()).unwrap(),
+    };
+    p.file(
+        "cassist.kdl",
+        "trust \"workspace-write\"\ntest #false\nagent \"fake\" {\n    command \"sh\" \"-c\" \"rm link.txt; echo new > link.txt\"\n}\ndefaults {\n    agent \"fake\"\n}\n",
+    )
+    .file("tasks/t.kdl", "task \"t\" {\n    goal \"Replace the link.\"\n    context {\n        file \"link.txt\"\n    }\n}\n")
+    .file("real.txt", "original\n");
+    std::os::unix::fs::symlink("real.txt", p.path().join("link.txt")).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let env = [("HOME", home.path().to_str().unwrap())];
+    assert_eq!(p.run_env(&["run"], &env).code(), 0);
+    let link = p.path().join("link.txt");
+    assert!(!std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    // Put the link back: the task is replayed.
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink("real.txt", &link).unwrap();
+    let plan = p.run_env(&["plan", "--json"], &env).json();
+    assert_eq!(plan["tasks"][0]["state"], "replay");
+    let run = p.run_env(&["run"], &env);
+    assert_eq!(run.code(), 0, "{}", run.transcript());
+    assert_eq!(p.read("real.txt"), "original\n", "the replay wrote through the symlink");
+    assert!(!std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert_eq!(p.read("link.txt"), "new\n");
+}
