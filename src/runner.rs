@@ -170,8 +170,18 @@ impl Runner<'_> {
     /// Runs one task. `summaries` are the findings of its explore/review
     /// dependencies.
     pub fn run_task(&self, t: &PlannedTask, summaries: &[(String, String)]) -> TaskReport {
+        self.recorded(t, TaskReport::new(t), |record, report| self.run_in(t, summaries, record, report))
+    }
+
+    /// Runs `body` with the task's record folder, timed; the report goes
+    /// into the folder as `report.json`.
+    fn recorded(
+        &self,
+        t: &PlannedTask,
+        mut report: TaskReport,
+        body: impl FnOnce(&Path, &mut TaskReport),
+    ) -> TaskReport {
         let start = Instant::now();
-        let mut report = TaskReport::new(t);
         let record = self.run_dir.join(&t.task.name);
         if let Err(e) = std::fs::create_dir_all(&record) {
             report.state = TaskState::Failed;
@@ -179,7 +189,7 @@ impl Runner<'_> {
             return report;
         }
         report.record_dir = Some(record.clone());
-        self.run_in(t, summaries, &record, &mut report);
+        body(&record, &mut report);
         report.duration_ms = start.elapsed().as_millis() as u64;
         if let Some(s) = &report.summary {
             report.summary = Some(truncate_chars(s, SUMMARY_LIMIT));
@@ -781,79 +791,76 @@ impl Runner<'_> {
     /// patch is applied in a fresh workspace, acceptance is verified, and
     /// the change is integrated.
     pub fn replay_task(&self, t: &PlannedTask, entry: &crate::store::Entry) -> TaskReport {
-        let start = Instant::now();
         let mut report = TaskReport::new(t);
         report.agent = entry.agent.clone();
         report.summary = entry.summary.clone();
-        let record = self.run_dir.join(&t.task.name);
-        if let Err(e) = std::fs::create_dir_all(&record) {
-            report.state = TaskState::Failed;
-            report.reason = Some(format!("cannot create {}: {e}", record.display()));
-            return report;
-        }
-        report.record_dir = Some(record.clone());
-        let done = (|| -> Result<(), ()> {
-            let name = t.task.name.as_str();
-            self.phase(name, "workspace", 0, self.mode.as_str());
-            let mut ws = Workspace::create(&self.exe, &self.plan.project.root, &self.workspaces, self.mode, name)
-                .map_err(|e| {
-                    report.state = TaskState::Failed;
-                    report.reason = Some(format!("cannot create the workspace: {e}"));
-                })?;
-            self.phase(name, "replay", 0, format!("{} file(s)", entry.changes.len()));
-            let base_env = invoke::environment(&[], &[]);
-            // The stored change is written inside the workspace (a helper
-            // run through the wrapper, so deletions are real there too).
-            let spec = ws.io_dir().map(|d| d.join("replay.json")).map_err(|_| ())?;
-            let doc = serde_json::json!({"store": self.plan.store.dir(), "changes": entry.changes});
-            std::fs::write(&spec, serde_json::to_vec(&doc).unwrap_or_default()).map_err(|_| ())?;
-            let argv = ws
-                .wrap(vec![self.exe.clone().into_os_string(), "__apply-changes".into(), spec.into_os_string()])
-                .map_err(|_| ())?;
-            let mut c = process::Command::new(argv, ws.dir.clone());
-            c.env = base_env.clone();
-            c.transcript = Some(record.join("replay.log"));
-            match process::run(&c, self.redactor, &self.cancel) {
-                Ok(f) if f.success() => {}
-                Ok(f) => {
-                    report.state = TaskState::Failed;
-                    report.reason = Some(format!("cannot replay the stored change: {}", f.describe()));
-                    report.tail = f.tail;
-                    return Err(());
-                }
-                Err(e) => {
-                    report.state = TaskState::Failed;
-                    report.reason = Some(format!("cannot replay the stored change: {e}"));
-                    return Err(());
-                }
+        self.recorded(t, report, |record, report| {
+            if self.replay_in(t, entry, record, report).is_ok() {
+                report.state = TaskState::Replayed;
             }
-            let changes = ws.changes().map_err(|e| {
+        })
+    }
+
+    fn replay_in(
+        &self,
+        t: &PlannedTask,
+        entry: &crate::store::Entry,
+        record: &Path,
+        report: &mut TaskReport,
+    ) -> Result<(), ()> {
+        let record = record.to_path_buf();
+        let name = t.task.name.as_str();
+        self.phase(name, "workspace", 0, self.mode.as_str());
+        let mut ws =
+            Workspace::create(&self.exe, &self.plan.project.root, &self.workspaces, self.mode, name).map_err(|e| {
                 report.state = TaskState::Failed;
-                report.reason = Some(format!("cannot read the workspace's changes: {e}"));
+                report.reason = Some(format!("cannot create the workspace: {e}"));
             })?;
-            report.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
-            let read_only = t.task.kind.is_read_only() || t.sandbox == crate::spec::SandboxLevel::ReadOnly;
-            if let Some(f) = self.acceptance(t, &ws, &record, 1, read_only, &base_env, &mut report)? {
+        self.phase(name, "replay", 0, format!("{} file(s)", entry.changes.len()));
+        let base_env = invoke::environment(&[], &[]);
+        // The stored change is written inside the workspace (a helper
+        // run through the wrapper, so deletions are real there too).
+        let spec = ws.io_dir().map(|d| d.join("replay.json")).map_err(|_| ())?;
+        let doc = serde_json::json!({"store": self.plan.store.dir(), "changes": entry.changes});
+        std::fs::write(&spec, serde_json::to_vec(&doc).unwrap_or_default()).map_err(|_| ())?;
+        let argv = ws
+            .wrap(vec![self.exe.clone().into_os_string(), "__apply-changes".into(), spec.into_os_string()])
+            .map_err(|_| ())?;
+        let mut c = process::Command::new(argv, ws.dir.clone());
+        c.env = base_env.clone();
+        c.transcript = Some(record.join("replay.log"));
+        match process::run(&c, self.redactor, &self.cancel) {
+            Ok(f) if f.success() => {}
+            Ok(f) => {
                 report.state = TaskState::Failed;
-                report.reason = Some(format!(
-                    "the replayed change no longer passes: acceptance command `{}` failed; run with --no-cache to call the agent",
-                    f.command
-                ));
+                report.reason = Some(format!("cannot replay the stored change: {}", f.describe()));
                 report.tail = f.tail;
                 return Err(());
             }
-            self.integrate_and_build(t, &mut ws, &changes, &record, &base_env, &mut report)?;
-            report.changes = Some(changes);
-            Ok(())
-        })();
-        if done.is_ok() {
-            report.state = TaskState::Replayed;
+            Err(e) => {
+                report.state = TaskState::Failed;
+                report.reason = Some(format!("cannot replay the stored change: {e}"));
+                return Err(());
+            }
         }
-        report.duration_ms = start.elapsed().as_millis() as u64;
-        if let Ok(json) = serde_json::to_vec_pretty(&report) {
-            let _ = crate::store::write_atomic(&record.join("report.json"), &json);
+        let changes = ws.changes().map_err(|e| {
+            report.state = TaskState::Failed;
+            report.reason = Some(format!("cannot read the workspace's changes: {e}"));
+        })?;
+        report.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
+        let read_only = t.task.kind.is_read_only() || t.sandbox == crate::spec::SandboxLevel::ReadOnly;
+        if let Some(f) = self.acceptance(t, &ws, &record, 1, read_only, &base_env, report)? {
+            report.state = TaskState::Failed;
+            report.reason = Some(format!(
+                "the replayed change no longer passes: acceptance command `{}` failed; run with --no-cache to call the agent",
+                f.command
+            ));
+            report.tail = f.tail;
+            return Err(());
         }
-        report
+        self.integrate_and_build(t, &mut ws, &changes, &record, &base_env, report)?;
+        report.changes = Some(changes);
+        Ok(())
     }
 
     /// What the agent may write under Landlock (`None`: no Landlock, for

@@ -28,6 +28,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use common::{assert_same_tree, git};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------
@@ -401,17 +402,7 @@ impl Fx {
     /// Every file of the project but cassist's own records (`.cassist/`
     /// and `cassist.lock`), with its bytes.
     fn tree(&self) -> BTreeMap<PathBuf, Vec<u8>> {
-        walkdir::WalkDir::new(self.path())
-            .min_depth(1)
-            .into_iter()
-            .filter_entry(|e| e.depth() != 1 || (e.file_name() != ".cassist" && e.file_name() != "cassist.lock"))
-            .map(|e| {
-                let e = e.unwrap();
-                let rel = e.path().strip_prefix(self.path()).unwrap().to_path_buf();
-                let bytes = if e.file_type().is_file() { std::fs::read(e.path()).unwrap() } else { b"<dir>".to_vec() };
-                (rel, bytes)
-            })
-            .collect()
+        common::snapshot(self.path(), &[".cassist", "cassist.lock"])
     }
 
     /// `.cassist/runs/<id>/<task>/<file>` of the only run.
@@ -429,28 +420,6 @@ impl Fx {
     fn agent_json(&self, task: &str, attempt: u32) -> Value {
         serde_json::from_str(&self.record(task, &format!("agent-{attempt}.json"))).unwrap()
     }
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git").current_dir(dir).args(args).output().expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-#[track_caller]
-fn assert_same_tree(after: &BTreeMap<PathBuf, Vec<u8>>, before: &BTreeMap<PathBuf, Vec<u8>>, what: &str) {
-    let mut diff = Vec::new();
-    for (path, bytes) in after {
-        match before.get(path) {
-            None => diff.push(format!("added {}", path.display())),
-            Some(b) if b != bytes => diff.push(format!("changed {}", path.display())),
-            Some(_) => {}
-        }
-    }
-    for path in before.keys().filter(|p| !after.contains_key(*p)) {
-        diff.push(format!("removed {}", path.display()));
-    }
-    assert!(diff.is_empty(), "{what}: {diff:#?}");
 }
 
 /// The end of one `cassist run`.

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use common::git;
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------
@@ -390,12 +391,6 @@ fn all(state: &str) -> BTreeMap<String, String> {
 
 fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git").current_dir(dir).args(args).output().expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Waits for `child` at most `limit`, killing it past that.
@@ -816,14 +811,7 @@ fn a_run_killed_mid_task_leaves_a_store_the_next_run_uses() {
     let marker = fx.out().join("count.sh").display().to_string();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let alive: Vec<String> = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
-            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-            .filter(|c| c.contains(&marker))
-            .collect();
+        let alive = common::processes_with(&marker);
         if alive.is_empty() {
             break;
         }

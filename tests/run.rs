@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Project;
+use common::{Project, assert_same_tree, git, processes_with};
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------
@@ -142,23 +142,7 @@ impl Fx {
     /// and symlinks too): compared before and after a run that must leave
     /// the tree as it was.
     fn tree(&self) -> BTreeMap<PathBuf, Vec<u8>> {
-        walkdir::WalkDir::new(self.path())
-            .min_depth(1)
-            .into_iter()
-            .filter_entry(|e| e.file_name() != ".cassist" || e.depth() != 1)
-            .map(|e| {
-                let e = e.unwrap();
-                let rel = e.path().strip_prefix(self.path()).unwrap().to_path_buf();
-                let bytes = if e.file_type().is_file() {
-                    std::fs::read(e.path()).unwrap()
-                } else if e.file_type().is_symlink() {
-                    std::fs::read_link(e.path()).unwrap().into_os_string().into_encoded_bytes()
-                } else {
-                    b"<dir>".to_vec()
-                };
-                (rel, bytes)
-            })
-            .collect()
+        common::snapshot(self.path(), &[".cassist"])
     }
 
     /// `.cassist/runs/<id>/<task>/` of the only run so far.
@@ -181,23 +165,6 @@ impl Fx {
         let path = self.out().join(format!("{task}-stdin-{attempt}.md"));
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
-}
-
-/// Fails listing the paths that differ between two [`Fx::tree`]s.
-#[track_caller]
-fn assert_same_tree(after: &BTreeMap<PathBuf, Vec<u8>>, before: &BTreeMap<PathBuf, Vec<u8>>, what: &str) {
-    let mut diff = Vec::new();
-    for (path, bytes) in after {
-        match before.get(path) {
-            None => diff.push(format!("added {}", path.display())),
-            Some(b) if b != bytes => diff.push(format!("changed {}", path.display())),
-            Some(_) => {}
-        }
-    }
-    for path in before.keys().filter(|p| !after.contains_key(*p)) {
-        diff.push(format!("removed {}", path.display()));
-    }
-    assert!(diff.is_empty(), "{what}: {diff:#?}");
 }
 
 /// The end of one `cassist run`.
@@ -247,12 +214,6 @@ impl Done {
     }
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git").current_dir(dir).args(args).output().expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The absolute path of a fake agent.
 fn agent_script(name: &str) -> String {
     common::fixtures().join("agents").join(name).display().to_string()
@@ -277,20 +238,6 @@ fn agent(name: &str, script: &str, args: &[&str], pass_env: &[&str]) -> String {
 fn unique_marker(what: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
     format!("cassist-test-{what}-{}-{nanos}", std::process::id())
-}
-
-/// Processes whose command line holds `marker` (zombies have none).
-fn processes_with(marker: &str) -> Vec<(u32, String)> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if text.contains(marker) {
-            found.push((pid, text));
-        }
-    }
-    found
 }
 
 /// Waits until `path` exists; panics after `limit` (with what the child

@@ -10,6 +10,8 @@
 //! The workspace is given the real cassist binary to run its wrapper
 //! (`Workspace::create(CASSIST, ..)`).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -21,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use cassist::changes::{Change, ChangeKind, ChangeSet};
 use cassist::workspace::{IntegrateError, Mode, Workspace, detect_mode, remove_tree, rollback};
+use common::processes_with;
 
 const CASSIST: &str = env!("CARGO_BIN_EXE_cassist");
 
@@ -442,20 +445,6 @@ fn list_tree(root: &Path) -> String {
     let out = Command::new("sh").arg("-c").arg(LIST).current_dir(root).output().unwrap();
     assert!(out.status.success());
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<(i32, String)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(marker) {
-            out.push((pid, cmdline));
-        }
-    }
-    out
 }
 
 fn kill_all(procs: &[(i32, String)]) {

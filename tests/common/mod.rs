@@ -131,3 +131,67 @@ pub fn outside_temp_dir() -> PathBuf {
     std::fs::create_dir_all(&dir).expect("create ~/.cache/cassist-tests");
     dir
 }
+
+/// `git ARGS` in `dir`; its stdout. Fails the test when git fails.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git").current_dir(dir).args(args).output().expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every path of a tree with its bytes (a symlink: its target; a folder:
+/// `<dir>`), for comparing a tree before and after.
+pub type Tree = std::collections::BTreeMap<PathBuf, Vec<u8>>;
+
+/// The tree under `root`, leaving out the top-level entries named in `skip`
+/// (cassist's own `.cassist/`, say).
+pub fn snapshot(root: &Path, skip: &[&str]) -> Tree {
+    walkdir::WalkDir::new(root)
+        .min_depth(1)
+        .into_iter()
+        .filter_entry(|e| e.depth() != 1 || !skip.iter().any(|s| e.file_name() == *s))
+        .map(|e| {
+            let e = e.unwrap();
+            let rel = e.path().strip_prefix(root).unwrap().to_path_buf();
+            let bytes = if e.file_type().is_file() {
+                std::fs::read(e.path()).unwrap()
+            } else if e.file_type().is_symlink() {
+                std::fs::read_link(e.path()).unwrap().into_os_string().into_encoded_bytes()
+            } else {
+                b"<dir>".to_vec()
+            };
+            (rel, bytes)
+        })
+        .collect()
+}
+
+/// Fails listing the paths that differ between two [`snapshot`]s.
+#[track_caller]
+pub fn assert_same_tree(after: &Tree, before: &Tree, what: &str) {
+    let mut diff = Vec::new();
+    for (path, bytes) in after {
+        match before.get(path) {
+            None => diff.push(format!("added {}", path.display())),
+            Some(b) if b != bytes => diff.push(format!("changed {}", path.display())),
+            Some(_) => {}
+        }
+    }
+    for path in before.keys().filter(|p| !after.contains_key(*p)) {
+        diff.push(format!("removed {}", path.display()));
+    }
+    assert!(diff.is_empty(), "{what}: {diff:#?}");
+}
+
+/// Live processes whose command line holds `marker` (zombies have none).
+pub fn processes_with(marker: &str) -> Vec<(i32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if text.contains(marker) {
+            found.push((pid, text));
+        }
+    }
+    found
+}
