@@ -66,6 +66,7 @@ pub fn record(
         duration_ms: report.duration_ms,
         attempts: report.attempts,
         records,
+        split: report.split.clone(),
     };
     store.put_entry(&entry)?;
     lock.tasks.insert(

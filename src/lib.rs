@@ -47,6 +47,7 @@ pub mod review;
 pub mod runner;
 pub mod sandbox;
 pub mod spec;
+pub mod split;
 pub mod store;
 pub mod workspace;
 

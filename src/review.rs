@@ -188,14 +188,14 @@ fn always_out_of_scope(path: &str) -> bool {
 
 /// A task's scope: literal paths (a folder means everything below it) and
 /// globs (`*` within a folder, `**` across), as task files mean them.
-struct Scope {
+pub struct Scope {
     literals: Vec<String>,
     globs: GlobSet,
     everything: bool,
 }
 
 impl Scope {
-    fn new(patterns: &[String]) -> Scope {
+    pub fn new(patterns: &[String]) -> Scope {
         let mut literals = Vec::new();
         let mut builder = GlobSetBuilder::new();
         let mut everything = patterns.is_empty();
@@ -214,7 +214,17 @@ impl Scope {
         Scope { literals, globs, everything }
     }
 
-    fn contains(&self, path: &str) -> bool {
+    /// Whether the scope names no path (everything is in it).
+    pub fn is_everything(&self) -> bool {
+        self.everything
+    }
+
+    /// The literal paths of the scope (files or folders).
+    pub fn literals(&self) -> &[String] {
+        &self.literals
+    }
+
+    pub fn contains(&self, path: &str) -> bool {
         if always_out_of_scope(path) {
             return false;
         }

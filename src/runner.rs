@@ -19,6 +19,7 @@ use crate::plan::{Plan, PlannedTask};
 use crate::process::{self, Cancel, Outcome, Redactor};
 use crate::review::{self, Review, ReviewInput};
 use crate::spec::Kind;
+use crate::split::{self, Part, SubtaskReport};
 use crate::workspace::{IntegrateError, Mode, Workspace};
 
 /// Summaries of explore/review tasks are cut to this length (SPEC 1).
@@ -75,7 +76,8 @@ pub struct TaskReport {
     pub duration_ms: u64,
     pub changed_files: Vec<String>,
     pub acceptance: Vec<AcceptanceJson>,
-    pub subtasks: Vec<TaskReport>,
+    /// The parts of a task that was split (SPEC 3.8), as a tree.
+    pub subtasks: Vec<SubtaskReport>,
     pub reason: Option<String>,
     pub summary: Option<String>,
     pub cost_usd: Option<f64>,
@@ -97,6 +99,13 @@ pub struct TaskReport {
     /// The change that was integrated.
     #[serde(skip)]
     pub changes: Option<ChangeSet>,
+    /// The parts a split task passed with, in order (recorded, so that it
+    /// starts split next time).
+    #[serde(skip)]
+    pub split: Vec<Part>,
+    /// Keep the workspace for inspection whatever `--keep-workspace` says.
+    #[serde(skip)]
+    pub keep_workspace: bool,
 }
 
 impl TaskReport {
@@ -120,6 +129,8 @@ impl TaskReport {
             kept_workspace: None,
             interrupted: false,
             changes: None,
+            split: Vec::new(),
+            keep_workspace: false,
         }
     }
 
@@ -158,6 +169,86 @@ struct Agent {
     inv: Invocation,
 }
 
+/// What one agent run came to.
+enum Step {
+    /// It ran to its end, successfully or not.
+    Ran(Ran),
+    /// The same prompt goes to the next agent of the chain.
+    Again,
+    /// Killed or timed out: too large for one run (SPEC 3.8).
+    Oversized(Oversized),
+}
+
+struct Ran {
+    finished: process::Finished,
+    /// Refused or failed tool calls of a CLI that exited 0.
+    soft_failure: Option<String>,
+    /// The agent wrote a result report.
+    reported: bool,
+    summary: Option<String>,
+    cost_usd: Option<f64>,
+}
+
+struct Oversized {
+    /// `killed` or `timed out`.
+    what: &'static str,
+    elapsed: Duration,
+    /// The outcome in words (`killed by signal 9 (SIGKILL)`).
+    detail: String,
+    tail: String,
+}
+
+/// An agent's run, judged: its change is fine (on to acceptance), or the
+/// agent gets another iteration with feedback.
+enum Judged {
+    Fine(ChangeSet),
+    Problem { reason: String, feedback: String, changes: Option<ChangeSet> },
+}
+
+/// Appends the `# Review feedback` section.
+fn push_feedback(prompt: &mut String, feedback: Option<&str>) {
+    if let Some(f) = feedback {
+        prompt.push_str("\n# Review feedback\n");
+        prompt.push_str(f);
+        if !prompt.ends_with('\n') {
+            prompt.push('\n');
+        }
+    }
+}
+
+/// Each changed path with a hash of what it holds now (or of its removal),
+/// to tell what one part of a split task changed.
+fn fingerprint(changes: &ChangeSet) -> std::collections::BTreeMap<String, blake3::Hash> {
+    changes
+        .changes
+        .iter()
+        .map(|c| {
+            let mut h = blake3::Hasher::new();
+            h.update(format!("{:?}{:?}", c.kind, c.mode).as_bytes());
+            if let Some(b) = &c.new {
+                h.update(b);
+            }
+            (c.path.clone(), h.finalize())
+        })
+        .collect()
+}
+
+fn acceptance_reason(f: &AcceptanceResult) -> String {
+    format!(
+        "acceptance command `{}` failed ({})",
+        f.command,
+        match (f.timed_out, f.exit_code) {
+            (true, _) => "timed out".to_owned(),
+            (false, Some(c)) => format!("exit code {c}"),
+            (false, None) => "killed".to_owned(),
+        }
+    )
+}
+
+fn plural(n: u32) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
 impl Runner<'_> {
     fn event(&self, e: Event<'_>) {
         (self.events)(e)
@@ -168,9 +259,10 @@ impl Runner<'_> {
     }
 
     /// Runs one task. `summaries` are the findings of its explore/review
-    /// dependencies.
-    pub fn run_task(&self, t: &PlannedTask, summaries: &[(String, String)]) -> TaskReport {
-        self.recorded(t, TaskReport::new(t), |record, report| self.run_in(t, summaries, record, report))
+    /// dependencies; `recorded_split` the parts it was last split into, if
+    /// it was (it then starts split).
+    pub fn run_task(&self, t: &PlannedTask, summaries: &[(String, String)], recorded_split: &[Part]) -> TaskReport {
+        self.recorded(t, TaskReport::new(t), |record, report| self.run_in(t, summaries, recorded_split, record, report))
     }
 
     /// Runs `body` with the task's record folder, timed; the report goes
@@ -200,7 +292,14 @@ impl Runner<'_> {
         report
     }
 
-    fn run_in(&self, t: &PlannedTask, summaries: &[(String, String)], record: &Path, report: &mut TaskReport) {
+    fn run_in(
+        &self,
+        t: &PlannedTask,
+        summaries: &[(String, String)],
+        recorded_split: &[Part],
+        record: &Path,
+        report: &mut TaskReport,
+    ) {
         let project = &self.plan.project;
         let name = t.task.name.as_str();
 
@@ -233,21 +332,31 @@ impl Runner<'_> {
                 return;
             }
         };
-        let outcome = self.run_agent_loop(t, summaries, record, report, &mut ws, candidates);
-        if (outcome.is_err() || !report.state.is_success()) && self.keep_workspace && !report.interrupted {
+        let mut tree = None;
+        let outcome = self.run_agent_loop(t, summaries, recorded_split, record, report, &mut ws, candidates, &mut tree);
+        if let Some(tree) = &tree {
+            report.subtasks = tree.reports();
+        }
+        if (outcome.is_err() || !report.state.is_success())
+            && (self.keep_workspace || report.keep_workspace)
+            && !report.interrupted
+        {
             report.kept_workspace = Some(ws.keep());
         }
     }
 
     /// The iterations of one task inside its workspace; fills `report`.
+    #[allow(clippy::too_many_arguments)]
     fn run_agent_loop(
         &self,
         t: &PlannedTask,
         summaries: &[(String, String)],
+        recorded_split: &[Part],
         record: &Path,
         report: &mut TaskReport,
         ws: &mut Workspace,
         mut candidates: Vec<Agent>,
+        tree: &mut Option<split::Tree>,
     ) -> Result<(), ()> {
         let project = &self.plan.project;
         let name = t.task.name.as_str();
@@ -286,12 +395,29 @@ impl Runner<'_> {
 
         let base_prompt = self.plan.render_prompt(t, summaries);
         let read_only = t.task.kind.is_read_only() || t.sandbox == crate::spec::SandboxLevel::ReadOnly;
+        // What a split makes parts of, and the split this task needed last
+        // time, if any: it starts split instead of being killed again.
+        let files = split::files(t, &project.root);
+        *tree = split::from_recorded(recorded_split, &files, t.task.kind).map(|first| {
+            let tree = split::Tree::new(first, name, t.timeout);
+            self.event(Event::Note {
+                task: name,
+                message: format!(
+                    "this task needed splitting last time: it starts split into {} part(s)",
+                    tree.queue.len()
+                ),
+            });
+            tree
+        });
 
         let mut feedback: Option<String> = None;
+        // Split: feedback for the part at `pos` only, and the position in
+        // the queue of parts.
+        let mut part_feedback: Option<String> = None;
+        let mut pos: usize = 0;
         let mut resumed = false;
         let mut iteration: u32 = 1;
-        let last_changes: ChangeSet;
-        loop {
+        let last_changes: ChangeSet = loop {
             if self.cancel.is_cancelled() {
                 report.state = TaskState::Failed;
                 report.reason = Some("interrupted".into());
@@ -299,342 +425,211 @@ impl Runner<'_> {
                 return Err(());
             }
             let attempt = report.attempts + 1;
-            let mut prompt = base_prompt.clone();
-            if let Some(f) = &feedback {
-                prompt.push_str("\n# Review feedback\n");
-                prompt.push_str(f);
-                if !prompt.ends_with('\n') {
-                    prompt.push('\n');
-                }
-            }
-            let io = match ws.io_dir() {
-                Ok(d) => d,
-                Err(e) => {
-                    report.state = TaskState::Failed;
-                    report.reason = Some(format!("cannot prepare the workspace: {e}"));
-                    return Err(());
-                }
-            };
-            let prompt_file = io.join(format!("prompt-{attempt}.md"));
-            let result_file = io.join(format!("result-{attempt}.json"));
-            let transcript = record.join(format!("transcript-{attempt}.log"));
-            let _ = std::fs::remove_file(&result_file);
-            if let Err(e) = std::fs::write(&prompt_file, &prompt) {
-                report.state = TaskState::Failed;
-                report.reason = Some(format!("cannot write the prompt: {e}"));
-                return Err(());
-            }
-            let _ = std::fs::write(record.join(format!("prompt-{attempt}.md")), self.redactor.redact(&prompt));
 
-            let agent = &candidates[0];
-            report.agent = agent.inv.name.clone();
-            self.phase(name, "agent", attempt, agent.inv.name.clone());
-            let writable = self.writable_paths(t.sandbox, &ws.dir, &io, &agent.inv);
-            // A built-in adapter maps the sandbox level, the kind, the turn
-            // cap and the budget onto its CLI's own flags.
-            let base_argv = match agent.inv.builtin {
-                Some(b) => b.argv(&AdapterInput {
-                    sandbox: t.sandbox,
-                    read_only_kind: t.task.kind.is_read_only(),
-                    max_turns: t.task.kind.is_read_only().then_some(READ_ONLY_TURN_CAP),
-                    max_cost: t.max_cost,
-                    prompt_file: &prompt_file,
-                    workdir: &ws.dir,
-                    io_dir: &io,
-                    // Under Landlock no sandbox of the agent's own can be
-                    // set up (Landlock refuses mount(2), and the uid map
-                    // is not writable): Codex's bubblewrap fails there, so
-                    // Landlock alone enforces the level.
-                    userns: writable.is_none() && (self.mode == Mode::Overlay || crate::sandbox::userns_available()),
-                }),
-                None => agent.inv.argv.clone(),
-            };
-            if agent.inv.builtin == Some(crate::agent::Builtin::Codex)
-                && t.sandbox != crate::spec::SandboxLevel::Full
-                && base_argv.iter().any(|a| a == "danger-full-access")
-            {
-                (self.events)(Event::Note {
-                    task: name,
-                    message: if writable.is_some() {
-                        format!(
-                            "codex's own sandbox cannot start inside cassist's Landlock sandbox: Landlock enforces `{}` (codex runs with danger-full-access)",
-                            t.sandbox
-                        )
-                    } else {
-                        format!(
-                            "no user namespaces here for codex's own sandbox: `{}` rests on the review of the change (codex runs with danger-full-access)",
-                            t.sandbox
-                        )
-                    },
-                });
-            }
-            let argv = invoke::fill_argv(
-                &base_argv,
-                &Placeholders { prompt: &prompt, prompt_file: &prompt_file, workdir: &ws.dir, task: name },
-            );
-            let mut extra: Vec<(String, OsString)> = vec![
-                ("CASSIST_TASK".into(), name.into()),
-                ("CASSIST_ATTEMPT".into(), attempt.to_string().into()),
-                ("CASSIST_PART".into(), OsString::new()),
-                ("CASSIST_PROMPT_FILE".into(), prompt_file.clone().into()),
-                ("CASSIST_RESULT_FILE".into(), result_file.clone().into()),
-            ];
-            if let Some(b) = agent.inv.builtin {
-                extra.extend(b.extra_env().into_iter().map(|(k, v)| (k, OsString::from(v))));
-            }
-            // A private temp folder, inside the agent's writable io folder.
-            let tmp = io.join("tmp");
-            if std::fs::create_dir_all(&tmp).is_ok() {
-                extra.push(("TMPDIR".into(), tmp.into()));
-            }
-            let env = invoke::environment(&agent.inv.pass_env, &extra);
-            let finished = match ws.wrap_sandboxed(argv, writable).and_then(|argv| {
-                let mut cmd = process::Command::new(argv, ws.dir.clone());
-                cmd.env = env;
-                cmd.stdin = agent.inv.stdin_prompt.then(|| prompt.clone().into_bytes());
-                cmd.timeout = Some(t.timeout);
-                cmd.transcript = Some(transcript.clone());
-                process::run(&cmd, self.redactor, &self.cancel)
-            }) {
-                Ok(f) => f,
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::NotFound || e.kind() == std::io::ErrorKind::PermissionDenied =>
-                {
-                    // Copy mode starts the agent directly: it failed to
-                    // start, so the next agent of the chain, if any.
-                    let gone = candidates.remove(0);
-                    if candidates.is_empty() {
-                        report.state = TaskState::Failed;
-                        report.reason = Some(format!(
-                            "sub-agent unavailable: `{}` could not be started ({e}); install it or choose another agent",
-                            gone.inv.name
-                        ));
-                        return Err(());
-                    }
-                    (self.events)(Event::Note {
-                        task: name,
-                        message: format!("`{}` could not start; trying `{}`", gone.inv.name, candidates[0].inv.name),
-                    });
-                    continue;
-                }
-                Err(e) => {
-                    report.state = TaskState::Failed;
-                    report.reason = Some(format!("cannot start agent `{}`: {e}", agent.inv.name));
-                    return Err(());
-                }
-            };
-            report.attempts += 1;
-            report.transcript = Some(transcript.clone());
-            let _ = std::fs::copy(&result_file, record.join(format!("result-{attempt}.json")));
-
-            match finished.outcome {
-                Outcome::Cancelled => {
-                    report.state = TaskState::Failed;
-                    report.reason = Some("interrupted".into());
-                    report.interrupted = true;
-                    return Err(());
-                }
-                Outcome::TimedOut => {
-                    report.state = TaskState::Failed;
-                    report.reason = Some(format!("agent `{}` {}", agent.inv.name, finished.describe()));
-                    report.tail = finished.tail;
-                    return Err(());
-                }
-                Outcome::Signaled(9) | Outcome::Exited(137) => {
-                    report.state = TaskState::Failed;
-                    report.reason = Some(format!("agent `{}` was killed ({})", agent.inv.name, finished.describe()));
-                    report.tail = finished.tail;
-                    return Err(());
-                }
-                Outcome::Exited(crate::sandbox::NOT_FOUND) if finished.tail.contains("cassist: cannot run") => {
-                    // It failed to start: the next agent of the chain, if any.
-                    let gone = candidates.remove(0);
-                    report.attempts -= 1;
-                    if candidates.is_empty() {
-                        report.state = TaskState::Failed;
-                        report.reason = Some(format!(
-                            "sub-agent unavailable: `{}` could not be started ({}); install it or choose another agent",
-                            gone.inv.name,
-                            finished.tail.trim()
-                        ));
-                        return Err(());
-                    }
-                    (self.events)(Event::Note {
-                        task: name,
-                        message: format!("`{}` could not start; trying `{}`", gone.inv.name, candidates[0].inv.name),
-                    });
-                    continue;
-                }
-                _ => {}
-            }
-
-            // What the CLI's machine-readable output says.
-            let parsed = agent.inv.builtin.map(|b| b.parse(&read_tail(&transcript, 4 << 20), finished.outcome, &io));
-            if let Some(p) = &parsed {
-                let _ = std::fs::write(
-                    record.join(format!("agent-{attempt}.json")),
-                    self.redactor.redact(&serde_json::to_string_pretty(p).unwrap_or_default()),
-                );
-                if let Some(c) = p.cost_usd {
-                    report.cost_usd = Some(report.cost_usd.unwrap_or(0.0) + c);
-                }
-                if let Some(err) = &p.error {
-                    let message = self.redactor.redact(&err.message);
-                    let agent_name = agent.inv.name.clone();
-                    match err.kind {
-                        ErrorKind::RateLimited | ErrorKind::Overloaded if candidates.len() > 1 => {
-                            let gone = candidates.remove(0);
-                            (self.events)(Event::Note {
-                                task: name,
-                                message: format!(
-                                    "`{}` is {}; trying `{}`",
-                                    gone.inv.name,
-                                    if err.kind == ErrorKind::RateLimited { "rate limited" } else { "overloaded" },
-                                    candidates[0].inv.name
+            // ---- split: the parts, one after another, then acceptance.
+            if let Some(tree) = tree.as_mut() {
+                if pos < tree.queue.len() {
+                    let idx = tree.queue[pos];
+                    let part = tree.nodes[idx].part.clone();
+                    let leaves = tree.leaves();
+                    let context = split::context_for(&part, t, &files);
+                    let mut prompt = split::with_section(
+                        &self.plan.render_prompt_with(t, summaries, &context),
+                        &split::section(&part, name, t.task.kind, pos, &leaves),
+                    );
+                    push_feedback(&mut prompt, part_feedback.as_deref().or(feedback.as_deref()));
+                    let before = ws.changes().map(|c| fingerprint(&c)).unwrap_or_default();
+                    let timeout = part.timeout(t.timeout);
+                    let part_attempt = tree.nodes[idx].next_attempt();
+                    let started = Instant::now();
+                    let step =
+                        self.agent_step(t, record, ws, &mut candidates, &prompt, &part, part_attempt, timeout, report);
+                    let node = &mut tree.nodes[idx].report;
+                    node.duration_ms += started.elapsed().as_millis() as u64;
+                    let ran = match step? {
+                        Step::Again => continue,
+                        Step::Oversized(o) => {
+                            node.attempts += 1;
+                            node.state = split::PartState::Split;
+                            node.reason = Some(format!("agent {} after {}", o.what, split::seconds(o.elapsed)));
+                            if part.round >= split::MAX_ROUNDS {
+                                node.state = split::PartState::Blocked;
+                                report.state = TaskState::Blocked;
+                                report.reason = Some(format!(
+                                    "split {} times; agent still {} on {} after {}",
+                                    split::MAX_ROUNDS,
+                                    o.what,
+                                    part.describe(),
+                                    split::seconds(o.elapsed)
+                                ));
+                                report.tail = o.tail;
+                                report.keep_workspace = true;
+                                return Err(());
+                            }
+                            let children = part.children(&files, t.task.kind);
+                            let n = children.len();
+                            let next = children[0].timeout(t.timeout);
+                            tree.split(pos, children, name, t.timeout);
+                            part_feedback = None;
+                            self.phase(
+                                name,
+                                "split",
+                                attempt,
+                                format!(
+                                    "{} {} ({}): {n} part(s), round {} of {}, timeout {}",
+                                    part.describe(),
+                                    o.what,
+                                    o.detail,
+                                    part.round + 1,
+                                    split::MAX_ROUNDS,
+                                    process::human_duration(next)
                                 ),
-                            });
+                            );
                             continue;
                         }
-                        ErrorKind::RateLimited
-                        | ErrorKind::Overloaded
-                        | ErrorKind::Auth
-                        | ErrorKind::BudgetExceeded
-                        | ErrorKind::TurnCap => {
+                        Step::Ran(r) => r,
+                    };
+                    node.attempts += 1;
+                    node.summary = ran.summary.clone();
+                    if let Some(c) = ran.cost_usd {
+                        node.cost_usd = Some(node.cost_usd.unwrap_or(0.0) + c);
+                    }
+                    let outcome = match self.judge(t, ws, record, attempt, &ran, report) {
+                        Ok(o) => o,
+                        Err(()) => return Err(()),
+                    };
+                    let (changes, problem) = match outcome {
+                        Judged::Fine(changes) => (Some(changes), None),
+                        Judged::Problem { reason, feedback, changes } => (changes, Some((reason, feedback))),
+                    };
+                    let node = &mut tree.nodes[idx].report;
+                    if let Some(c) = &changes {
+                        let after = fingerprint(c);
+                        node.changed_files = after
+                            .iter()
+                            .filter(|(p, h)| before.get(*p) != Some(*h))
+                            .map(|(p, _)| p.clone())
+                            .chain(before.keys().filter(|p| !after.contains_key(*p)).cloned())
+                            .collect();
+                        node.changed_files.sort();
+                    }
+                    if let Some((reason, fb)) = problem {
+                        node.state = split::PartState::Failed;
+                        node.reason = Some(reason.clone());
+                        if iteration >= t.max_iterations {
                             report.state = TaskState::Failed;
-                            report.reason = Some(agent_error_reason(&agent_name, err.kind, &message));
-                            report.tail = finished.tail;
+                            report.reason = Some(format!("{}: {reason}", part.name(name)));
+                            report.tail = ran.finished.tail;
                             return Err(());
                         }
-                        ErrorKind::PermissionDenied | ErrorKind::ToolFailed | ErrorKind::Other => {}
+                        part_feedback = Some(fb);
+                        iteration += 1;
+                        continue;
+                    }
+                    node.state = split::PartState::Passed;
+                    node.reason = None;
+                    part_feedback = None;
+                    pos += 1;
+                    continue;
+                }
+                // Every part is done: the whole task's acceptance.
+                report.summary = Some(
+                    tree.queue
+                        .iter()
+                        .filter_map(|&i| {
+                            let n = &tree.nodes[i];
+                            n.report.summary.as_ref().map(|s| format!("{}: {}", n.part.label(), s.trim()))
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                )
+                .filter(|s| !s.is_empty());
+                let changes = match self.read_changes(ws, report) {
+                    Ok(c) => c,
+                    Err(()) => return Err(()),
+                };
+                match self.acceptance(t, ws, record, report.attempts, read_only, &base_env, report)? {
+                    None => break changes,
+                    Some(f) => {
+                        let reason = acceptance_reason(&f);
+                        if iteration >= t.max_iterations {
+                            report.state = TaskState::Failed;
+                            report.reason = Some(format!("{reason} after {iteration} iteration{}", plural(iteration)));
+                            report.tail = f.tail.clone();
+                            return Err(());
+                        }
+                        // Every part again, each told what failed.
+                        feedback = Some(accept::feedback(&f, FEEDBACK_LIMIT));
+                        part_feedback = None;
+                        pos = 0;
+                        iteration += 1;
+                        continue;
                     }
                 }
             }
 
-            // The agent's own report.
-            let agent_report = read_result_file(&result_file);
-            if let Some(Err(reason)) = &agent_report {
-                report.state = TaskState::Blocked;
-                report.reason = Some(format!("the agent reported that it cannot do the task: {reason}"));
-                return Err(());
-            }
-            let summary = match &agent_report {
-                Some(Ok(Some(s))) => Some(s.clone()),
-                _ => parsed.as_ref().and_then(|p| p.summary.clone()).or_else(|| last_message(&finished.tail)),
-            };
-            report.summary = summary.map(|s| self.redactor.redact(&s));
-
-            // A CLI that exits 0 after refused or failed tool calls failed.
-            let soft_failure = parsed
-                .as_ref()
-                .and_then(|p| p.error.as_ref())
-                .filter(|e| matches!(e.kind, ErrorKind::PermissionDenied | ErrorKind::ToolFailed))
-                .map(|e| self.redactor.redact(&e.message));
-            if !finished.success() || soft_failure.is_some() {
-                let why = match &soft_failure {
-                    Some(m) if finished.success() => format!("the agent's tool calls failed ({m})"),
-                    _ => format!("the agent exited with {}", finished.describe()),
+            // ---- the whole task in one prompt.
+            let mut prompt = base_prompt.clone();
+            push_feedback(&mut prompt, feedback.as_deref());
+            let whole = Part::whole();
+            let ran =
+                match self.agent_step(t, record, ws, &mut candidates, &prompt, &whole, attempt, t.timeout, report)? {
+                    Step::Again => continue,
+                    Step::Oversized(o) => {
+                        // Not retried as is: split.
+                        let first: Vec<(Part, Vec<Part>)> =
+                            whole.children(&files, t.task.kind).into_iter().map(|p| (p, Vec::new())).collect();
+                        let next = first[0].0.timeout(t.timeout);
+                        let new = split::Tree::new(first, name, t.timeout);
+                        self.phase(
+                            name,
+                            "split",
+                            attempt,
+                            format!(
+                                "agent {} ({}): {} part(s), round 1 of {}, timeout {}",
+                                o.what,
+                                o.detail,
+                                new.queue.len(),
+                                split::MAX_ROUNDS,
+                                process::human_duration(next)
+                            ),
+                        );
+                        *tree = Some(new);
+                        pos = 0;
+                        continue;
+                    }
+                    Step::Ran(r) => r,
                 };
-                if iteration >= t.max_iterations {
-                    report.state = TaskState::Failed;
-                    report.reason = Some(why);
-                    report.tail = finished.tail;
-                    return Err(());
-                }
-                feedback = Some(format!(
-                    "{why}. The end of its output:\n\n```\n{}\n```\n",
-                    tail_lines(&finished.tail, FEEDBACK_LIMIT)
-                ));
-                iteration += 1;
-                continue;
-            }
-
-            // What changed.
-            self.phase(name, "review", attempt, "");
-            let changes = match ws.changes() {
-                Ok(c) => c,
-                Err(e) => {
-                    report.state = TaskState::Failed;
-                    report.reason = Some(format!("cannot read the workspace's changes: {e}"));
-                    return Err(());
+            report.summary = ran.summary.clone();
+            let changes = match self.judge(t, ws, record, attempt, &ran, report)? {
+                Judged::Fine(changes) => changes,
+                Judged::Problem { reason, feedback: fb, .. } => {
+                    if iteration >= t.max_iterations {
+                        report.state = TaskState::Failed;
+                        report.reason = Some(reason);
+                        report.tail = ran.finished.tail;
+                        return Err(());
+                    }
+                    feedback = Some(fb);
+                    iteration += 1;
+                    continue;
                 }
             };
-            report.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
-            if changes.is_empty() && agent_report.is_none() && t.task.kind == Kind::Code && !resumed {
+            if changes.is_empty() && !ran.reported && t.task.kind == Kind::Code && !resumed {
                 resumed = true;
                 feedback = Some(
                     "You stopped without changing any file and without a report. Continue the task: make the change, or report why it cannot be done.".into(),
                 );
-                (self.events)(Event::Note {
-                    task: name,
-                    message: "the agent changed nothing; resuming it once".into(),
-                });
-                continue;
-            }
-            let mut review = review::review(
-                &changes,
-                &ReviewInput {
-                    scope: &t.key.spec.scope,
-                    sandbox: t.sandbox,
-                    kind: t.task.kind,
-                    constraints: &t.task.constraints,
-                    project_has_tests: project_has_tests(&project.root),
-                },
-            );
-            // The value of a secret variable of cassist's own environment,
-            // written into a file, is a leak whatever its shape.
-            for c in &changes.changes {
-                if c.new.as_deref().is_some_and(|b| self.redactor.contains_secret(b))
-                    && !c.old.as_deref().is_some_and(|b| self.redactor.contains_secret(b))
-                {
-                    review.findings.push(review::Finding {
-                        rule: review::Rule::Secret,
-                        severity: review::Severity::Reject,
-                        path: Some(c.path.clone()),
-                        message: format!(
-                            "the value of a secret environment variable was written into {}: remove it and read the value from the environment instead",
-                            c.path
-                        ),
-                    });
-                }
-            }
-            let _ = std::fs::write(
-                record.join(format!("review-{attempt}.json")),
-                serde_json::to_vec_pretty(&review).unwrap_or_default(),
-            );
-            for w in review.findings.iter().filter(|f| f.severity == review::Severity::Warning) {
-                (self.events)(Event::Note { task: name, message: format!("review: {}", w.message) });
-            }
-            if review.rejected() {
-                let reason = review_reason(&review, read_only);
-                if iteration >= t.max_iterations {
-                    report.state = TaskState::Failed;
-                    report.reason = Some(reason);
-                    return Err(());
-                }
-                feedback = Some(review.feedback());
-                iteration += 1;
+                self.event(Event::Note { task: name, message: "the agent changed nothing; resuming it once".into() });
                 continue;
             }
 
             // Acceptance, then the project tests.
-            let failed = match self.acceptance(t, ws, record, attempt, read_only, &base_env, report) {
-                Ok(f) => f,
-                Err(()) => return Err(()),
-            };
-            if let Some(f) = failed {
-                let reason = format!(
-                    "acceptance command `{}` failed ({})",
-                    f.command,
-                    match (f.timed_out, f.exit_code) {
-                        (true, _) => "timed out".to_owned(),
-                        (false, Some(c)) => format!("exit code {c}"),
-                        (false, None) => "killed".to_owned(),
-                    }
-                );
+            if let Some(f) = self.acceptance(t, ws, record, attempt, read_only, &base_env, report)? {
+                let reason = acceptance_reason(&f);
                 if iteration >= t.max_iterations {
                     report.state = TaskState::Failed;
-                    report.reason =
-                        Some(format!("{reason} after {iteration} iteration{}", if iteration == 1 { "" } else { "s" }));
+                    report.reason = Some(format!("{reason} after {iteration} iteration{}", plural(iteration)));
                     report.tail = f.tail.clone();
                     return Err(());
                 }
@@ -642,14 +637,349 @@ impl Runner<'_> {
                 iteration += 1;
                 continue;
             }
-            last_changes = changes;
-            break;
-        }
+            break changes;
+        };
 
+        if let Some(tree) = tree.as_ref() {
+            report.split = tree.leaves();
+        }
         self.integrate_and_build(t, ws, &last_changes, record, &base_env, report)?;
         report.changes = Some(last_changes);
         report.state = TaskState::Passed;
         Ok(())
+    }
+
+    /// One agent run with `prompt`. `part` is what it is (the whole task,
+    /// or a part of a split one) and `part_attempt` its attempt number.
+    #[allow(clippy::too_many_arguments)]
+    fn agent_step(
+        &self,
+        t: &PlannedTask,
+        record: &Path,
+        ws: &Workspace,
+        candidates: &mut Vec<Agent>,
+        prompt: &str,
+        part: &Part,
+        part_attempt: u32,
+        timeout: Duration,
+        report: &mut TaskReport,
+    ) -> Result<Step, ()> {
+        let name = t.task.name.as_str();
+        let attempt = report.attempts + 1;
+        let io = match ws.io_dir() {
+            Ok(d) => d,
+            Err(e) => {
+                report.state = TaskState::Failed;
+                report.reason = Some(format!("cannot prepare the workspace: {e}"));
+                return Err(());
+            }
+        };
+        let prompt_file = io.join(format!("prompt-{attempt}.md"));
+        let result_file = io.join(format!("result-{attempt}.json"));
+        let transcript = record.join(format!("transcript-{attempt}.log"));
+        let _ = std::fs::remove_file(&result_file);
+        if let Err(e) = std::fs::write(&prompt_file, prompt) {
+            report.state = TaskState::Failed;
+            report.reason = Some(format!("cannot write the prompt: {e}"));
+            return Err(());
+        }
+        let _ = std::fs::write(record.join(format!("prompt-{attempt}.md")), self.redactor.redact(prompt));
+
+        let agent = &candidates[0];
+        report.agent = agent.inv.name.clone();
+        let subtask = part.name(name);
+        let detail =
+            if part.is_whole() { agent.inv.name.clone() } else { format!("{}, part {}", agent.inv.name, part.label()) };
+        self.phase(name, "agent", attempt, detail);
+        let writable = self.writable_paths(t.sandbox, &ws.dir, &io, &agent.inv);
+        // A built-in adapter maps the sandbox level, the kind, the turn
+        // cap and the budget onto its CLI's own flags.
+        let base_argv = match agent.inv.builtin {
+            Some(b) => b.argv(&AdapterInput {
+                sandbox: t.sandbox,
+                read_only_kind: t.task.kind.is_read_only(),
+                max_turns: t.task.kind.is_read_only().then_some(READ_ONLY_TURN_CAP),
+                max_cost: t.max_cost,
+                prompt_file: &prompt_file,
+                workdir: &ws.dir,
+                io_dir: &io,
+                // Under Landlock no sandbox of the agent's own can be
+                // set up (Landlock refuses mount(2), and the uid map
+                // is not writable): Codex's bubblewrap fails there, so
+                // Landlock alone enforces the level.
+                userns: writable.is_none() && (self.mode == Mode::Overlay || crate::sandbox::userns_available()),
+            }),
+            None => agent.inv.argv.clone(),
+        };
+        if agent.inv.builtin == Some(crate::agent::Builtin::Codex)
+            && t.sandbox != crate::spec::SandboxLevel::Full
+            && base_argv.iter().any(|a| a == "danger-full-access")
+        {
+            self.event(Event::Note {
+                task: name,
+                message: if writable.is_some() {
+                    format!(
+                        "codex's own sandbox cannot start inside cassist's Landlock sandbox: Landlock enforces `{}` (codex runs with danger-full-access)",
+                        t.sandbox
+                    )
+                } else {
+                    format!(
+                        "no user namespaces here for codex's own sandbox: `{}` rests on the review of the change (codex runs with danger-full-access)",
+                        t.sandbox
+                    )
+                },
+            });
+        }
+        let argv = invoke::fill_argv(
+            &base_argv,
+            &Placeholders { prompt, prompt_file: &prompt_file, workdir: &ws.dir, task: &subtask },
+        );
+        let mut extra: Vec<(String, OsString)> = vec![
+            ("CASSIST_TASK".into(), subtask.clone().into()),
+            ("CASSIST_ATTEMPT".into(), part_attempt.to_string().into()),
+            ("CASSIST_PART".into(), part.env().into()),
+            ("CASSIST_PROMPT_FILE".into(), prompt_file.clone().into()),
+            ("CASSIST_RESULT_FILE".into(), result_file.clone().into()),
+        ];
+        if let Some(b) = agent.inv.builtin {
+            extra.extend(b.extra_env().into_iter().map(|(k, v)| (k, OsString::from(v))));
+        }
+        // A private temp folder, inside the agent's writable io folder.
+        let tmp = io.join("tmp");
+        if std::fs::create_dir_all(&tmp).is_ok() {
+            extra.push(("TMPDIR".into(), tmp.into()));
+        }
+        let env = invoke::environment(&agent.inv.pass_env, &extra);
+        let finished = match ws.wrap_sandboxed(argv, writable).and_then(|argv| {
+            let mut cmd = process::Command::new(argv, ws.dir.clone());
+            cmd.env = env;
+            cmd.stdin = agent.inv.stdin_prompt.then(|| prompt.to_owned().into_bytes());
+            cmd.timeout = Some(timeout);
+            cmd.transcript = Some(transcript.clone());
+            process::run(&cmd, self.redactor, &self.cancel)
+        }) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.kind() == std::io::ErrorKind::PermissionDenied => {
+                // Copy mode starts the agent directly: it failed to
+                // start, so the next agent of the chain, if any.
+                return self.next_candidate(name, candidates, &e.to_string(), report);
+            }
+            Err(e) => {
+                report.state = TaskState::Failed;
+                report.reason = Some(format!("cannot start agent `{}`: {e}", agent.inv.name));
+                return Err(());
+            }
+        };
+        if finished.outcome == Outcome::Exited(crate::sandbox::NOT_FOUND)
+            && finished.tail.contains("cassist: cannot run")
+        {
+            // It failed to start: the next agent of the chain, if any.
+            return self.next_candidate(name, candidates, finished.tail.trim(), report);
+        }
+        report.attempts += 1;
+        report.transcript = Some(transcript.clone());
+        let _ = std::fs::copy(&result_file, record.join(format!("result-{attempt}.json")));
+
+        let oversized = |what: &'static str| {
+            Ok(Step::Oversized(Oversized {
+                what,
+                elapsed: finished.duration,
+                detail: finished.describe(),
+                tail: finished.tail.clone(),
+            }))
+        };
+        match finished.outcome {
+            Outcome::Cancelled => {
+                report.state = TaskState::Failed;
+                report.reason = Some("interrupted".into());
+                report.interrupted = true;
+                return Err(());
+            }
+            Outcome::TimedOut => return oversized("timed out"),
+            Outcome::Signaled(9) | Outcome::Exited(137) => return oversized("killed"),
+            Outcome::Exited(c) if c != 0 && finished.killed_by_oom_hint => return oversized("killed"),
+            _ => {}
+        }
+
+        // What the CLI's machine-readable output says.
+        let parsed = agent.inv.builtin.map(|b| b.parse(&read_tail(&transcript, 4 << 20), finished.outcome, &io));
+        let mut cost_usd = None;
+        if let Some(p) = &parsed {
+            let _ = std::fs::write(
+                record.join(format!("agent-{attempt}.json")),
+                self.redactor.redact(&serde_json::to_string_pretty(p).unwrap_or_default()),
+            );
+            if let Some(c) = p.cost_usd {
+                report.cost_usd = Some(report.cost_usd.unwrap_or(0.0) + c);
+                cost_usd = Some(c);
+            }
+            if let Some(err) = &p.error {
+                let message = self.redactor.redact(&err.message);
+                let agent_name = agent.inv.name.clone();
+                match err.kind {
+                    ErrorKind::RateLimited | ErrorKind::Overloaded if candidates.len() > 1 => {
+                        let gone = candidates.remove(0);
+                        self.event(Event::Note {
+                            task: name,
+                            message: format!(
+                                "`{}` is {}; trying `{}`",
+                                gone.inv.name,
+                                if err.kind == ErrorKind::RateLimited { "rate limited" } else { "overloaded" },
+                                candidates[0].inv.name
+                            ),
+                        });
+                        return Ok(Step::Again);
+                    }
+                    ErrorKind::RateLimited
+                    | ErrorKind::Overloaded
+                    | ErrorKind::Auth
+                    | ErrorKind::BudgetExceeded
+                    | ErrorKind::TurnCap => {
+                        report.state = TaskState::Failed;
+                        report.reason = Some(agent_error_reason(&agent_name, err.kind, &message));
+                        report.tail = finished.tail;
+                        return Err(());
+                    }
+                    ErrorKind::PermissionDenied | ErrorKind::ToolFailed | ErrorKind::Other => {}
+                }
+            }
+        }
+
+        // The agent's own report.
+        let agent_report = read_result_file(&result_file);
+        if let Some(Err(reason)) = &agent_report {
+            report.state = TaskState::Blocked;
+            report.reason = Some(if part.is_whole() {
+                format!("the agent reported that it cannot do the task: {reason}")
+            } else {
+                format!("the agent reported that it cannot do {} of the task: {reason}", part.describe())
+            });
+            return Err(());
+        }
+        let summary = match &agent_report {
+            Some(Ok(Some(s))) => Some(s.clone()),
+            _ => parsed.as_ref().and_then(|p| p.summary.clone()).or_else(|| last_message(&finished.tail)),
+        };
+        // A CLI that exits 0 after refused or failed tool calls failed.
+        let soft_failure = parsed
+            .as_ref()
+            .and_then(|p| p.error.as_ref())
+            .filter(|e| matches!(e.kind, ErrorKind::PermissionDenied | ErrorKind::ToolFailed))
+            .map(|e| self.redactor.redact(&e.message));
+        Ok(Step::Ran(Ran {
+            finished,
+            soft_failure,
+            reported: agent_report.is_some(),
+            summary: summary.map(|s| self.redactor.redact(&s)),
+            cost_usd,
+        }))
+    }
+
+    /// The agent of the chain that could not start is dropped: the next is
+    /// tried, or the task fails when none is left.
+    fn next_candidate(
+        &self,
+        task: &str,
+        candidates: &mut Vec<Agent>,
+        why: &str,
+        report: &mut TaskReport,
+    ) -> Result<Step, ()> {
+        let gone = candidates.remove(0);
+        if candidates.is_empty() {
+            report.state = TaskState::Failed;
+            report.reason = Some(format!(
+                "sub-agent unavailable: `{}` could not be started ({why}); install it or choose another agent",
+                gone.inv.name
+            ));
+            return Err(());
+        }
+        self.event(Event::Note {
+            task,
+            message: format!("`{}` could not start; trying `{}`", gone.inv.name, candidates[0].inv.name),
+        });
+        Ok(Step::Again)
+    }
+
+    /// The workspace's change so far.
+    fn read_changes(&self, ws: &mut Workspace, report: &mut TaskReport) -> Result<ChangeSet, ()> {
+        ws.changes().map_err(|e| {
+            report.state = TaskState::Failed;
+            report.reason = Some(format!("cannot read the workspace's changes: {e}"));
+        })
+    }
+
+    /// How the agent ended and what its change looks like: the change, or
+    /// the reason to go back to the agent and what to tell it.
+    fn judge(
+        &self,
+        t: &PlannedTask,
+        ws: &mut Workspace,
+        record: &Path,
+        attempt: u32,
+        ran: &Ran,
+        report: &mut TaskReport,
+    ) -> Result<Judged, ()> {
+        let name = t.task.name.as_str();
+        if !ran.finished.success() || ran.soft_failure.is_some() {
+            let why = match &ran.soft_failure {
+                Some(m) if ran.finished.success() => format!("the agent's tool calls failed ({m})"),
+                _ => format!("the agent exited with {}", ran.finished.describe()),
+            };
+            let feedback = format!(
+                "{why}. The end of its output:\n\n```\n{}\n```\n",
+                tail_lines(&ran.finished.tail, FEEDBACK_LIMIT)
+            );
+            return Ok(Judged::Problem { reason: why, feedback, changes: None });
+        }
+
+        // What changed.
+        self.phase(name, "review", attempt, "");
+        let changes = self.read_changes(ws, report)?;
+        report.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
+        let project = &self.plan.project;
+        let mut review = review::review(
+            &changes,
+            &ReviewInput {
+                scope: &t.key.spec.scope,
+                sandbox: t.sandbox,
+                kind: t.task.kind,
+                constraints: &t.task.constraints,
+                project_has_tests: project_has_tests(&project.root),
+            },
+        );
+        // The value of a secret variable of cassist's own environment,
+        // written into a file, is a leak whatever its shape.
+        for c in &changes.changes {
+            if c.new.as_deref().is_some_and(|b| self.redactor.contains_secret(b))
+                && !c.old.as_deref().is_some_and(|b| self.redactor.contains_secret(b))
+            {
+                review.findings.push(review::Finding {
+                    rule: review::Rule::Secret,
+                    severity: review::Severity::Reject,
+                    path: Some(c.path.clone()),
+                    message: format!(
+                        "the value of a secret environment variable was written into {}: remove it and read the value from the environment instead",
+                        c.path
+                    ),
+                });
+            }
+        }
+        let _ = std::fs::write(
+            record.join(format!("review-{attempt}.json")),
+            serde_json::to_vec_pretty(&review).unwrap_or_default(),
+        );
+        for w in review.findings.iter().filter(|f| f.severity == review::Severity::Warning) {
+            self.event(Event::Note { task: name, message: format!("review: {}", w.message) });
+        }
+        if review.rejected() {
+            let read_only = t.task.kind.is_read_only() || t.sandbox == crate::spec::SandboxLevel::ReadOnly;
+            return Ok(Judged::Problem {
+                reason: review_reason(&review, read_only),
+                feedback: review.feedback(),
+                changes: Some(changes),
+            });
+        }
+        Ok(Judged::Fine(changes))
     }
 
     /// Runs the acceptance commands, then the project tests (not for

@@ -90,6 +90,10 @@ pub struct Entry {
     /// Named records (prompts, transcripts, review, acceptance, patch.diff)
     /// → object hash.
     pub records: std::collections::BTreeMap<String, String>,
+    /// The parts a task that had to be split passed with (SPEC 3.8): it
+    /// starts split the next time its inputs change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub split: Vec<crate::split::Part>,
 }
 
 pub const ENTRY_FORMAT: u32 = 1;
@@ -309,6 +313,7 @@ mod tests {
             duration_ms: 1,
             attempts: 1,
             records: Default::default(),
+            split: Vec::new(),
         };
         store.put_entry(&entry).unwrap();
         assert!(store.get_entry("b").is_some());
@@ -345,6 +350,7 @@ mod tests {
                 duration_ms: 1,
                 attempts: 1,
                 records: Default::default(),
+                split: Vec::new(),
             };
             store.put_entry(&entry).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(20));

@@ -217,7 +217,16 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
                     needs_agent.push((t.task.name.clone(), why.clone()));
                     TaskReport::skipped(&t, format!("--locked: an agent would be needed ({})", why.join("; ")))
                 }
-                State::Run => runner.run_task(&t, &summaries),
+                State::Run => {
+                    // A task that had to be split last time starts split.
+                    let split = lock
+                        .tasks
+                        .get(&t.task.name)
+                        .and_then(|l| runner.plan.store.get_entry(&l.before))
+                        .map(|e| e.split)
+                        .unwrap_or_default();
+                    runner.run_task(&t, &summaries, &split)
+                }
             };
             // Record what passed: the store entry and the lock line. A
             // failure to record never fails the run.
@@ -458,6 +467,7 @@ fn print_summary(out: &Output, reports: &[TaskReport], run_dir: &Path) {
             format!("{:.1}s", r.duration_ms as f64 / 1000.0),
             r.cost_usd.map_or("-".to_owned(), |c| format!("${c:.2}")),
         ]);
+        subtask_rows(out, &mut table, &r.subtasks, 1);
     }
     crate::outln!();
     crate::out!("{}", table.render(|h| out.dim(h)));
@@ -480,6 +490,28 @@ fn print_summary(out: &Output, reports: &[TaskReport], run_dir: &Path) {
     let passed = reports.iter().filter(|r| r.state.is_success()).count();
     crate::outln!();
     crate::outln!("{passed} of {} task(s) passed; records in {}", reports.len(), run_dir.display());
+}
+
+/// The parts of a split task under its row, indented by depth.
+fn subtask_rows(out: &Output, table: &mut Table, subtasks: &[crate::split::SubtaskReport], depth: usize) {
+    use crate::split::PartState;
+    for s in subtasks {
+        let state = s.state_str();
+        let state = match s.state {
+            PartState::Passed => out.green(state),
+            PartState::Split | PartState::Skipped => out.yellow(state),
+            PartState::Failed | PartState::Blocked => out.red(state),
+        };
+        table.row(vec![
+            format!("{}└ {}", "  ".repeat(depth - 1), s.name),
+            state,
+            String::new(),
+            s.attempts.to_string(),
+            format!("{:.1}s", s.duration_ms as f64 / 1000.0),
+            s.cost_usd.map_or("-".to_owned(), |c| format!("${c:.2}")),
+        ]);
+        subtask_rows(out, table, &s.subtasks, depth + 1);
+    }
 }
 
 /// Ctrl-C: the first stops new tasks and ends running agents (through

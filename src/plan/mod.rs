@@ -129,6 +129,12 @@ impl Plan {
     /// The prompt of `t` (SPEC 3.1), with the findings of its
     /// explore/review dependencies.
     pub fn render_prompt(&self, t: &PlannedTask, summaries: &[(String, String)]) -> String {
+        self.render_prompt_with(t, summaries, &t.context_files)
+    }
+
+    /// The prompt with another list of context files (a part of a split
+    /// task names only what it needs).
+    pub fn render_prompt_with(&self, t: &PlannedTask, summaries: &[(String, String)], context: &[String]) -> String {
         let tests = self.project.test_commands();
         let instructions = self.project.instruction_files();
         let acceptance: Vec<String> = t.task.acceptance.iter().map(|a| a.run.value.clone()).collect();
@@ -136,7 +142,7 @@ impl Plan {
             task: &t.task.name,
             kind: t.task.kind,
             goal: &t.task.goal,
-            context_files: &t.context_files,
+            context_files: context,
             instruction_files: &instructions,
             dependency_summaries: summaries,
             scope: &t.key.spec.scope,

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+pub mod fx;
+
 /// A temporary project folder.
 pub struct Project {
     pub dir: tempfile::TempDir,
