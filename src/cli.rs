@@ -152,6 +152,62 @@ pub struct RunArgs {
     /// (the stored transcript too).
     #[arg(long, value_enum, default_value_t = OutputLogs::Summary, value_name = "WHAT")]
     pub output_logs: OutputLogs,
+    /// Tasks run at once (default: the number of CPUs); dependencies are
+    /// respected.
+    #[arg(short = 'j', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub jobs: Option<u32>,
+    /// Run the K-th of N slices of the tasks (a stable partition by name).
+    #[arg(long, value_name = "K/N", value_parser = parse_shard)]
+    pub shard: Option<Shard>,
+    /// Stop starting agents once their reported spend reaches USD.
+    #[arg(long, value_name = "USD", value_parser = parse_cost)]
+    pub max_cost: Option<f64>,
+    /// Write a JUnit XML report here (one testcase per task).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+}
+
+/// `--shard K/N`: the K-th (1-based) of N slices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// 1-based.
+    pub k: u64,
+    pub n: u64,
+}
+
+impl Shard {
+    /// Whether task `name` is in this slice: a hash of the name alone, so
+    /// adding or removing a task never moves another.
+    pub fn contains(&self, name: &str) -> bool {
+        let h = blake3::hash(name.as_bytes());
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&h.as_bytes()[..8]);
+        u64::from_le_bytes(first) % self.n == self.k - 1
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.k, self.n)
+    }
+}
+
+fn parse_shard(s: &str) -> Result<Shard, String> {
+    let (k, n) = s.split_once('/').ok_or_else(|| format!("`{s}` is not K/N (for example 2/3)"))?;
+    let k: u64 = k.trim().parse().map_err(|_| format!("`{k}` is not a whole number (K/N, for example 2/3)"))?;
+    let n: u64 = n.trim().parse().map_err(|_| format!("`{n}` is not a whole number (K/N, for example 2/3)"))?;
+    if n == 0 || k == 0 || k > n {
+        return Err(format!("K/N needs 1 <= K <= N, got {k}/{n}"));
+    }
+    Ok(Shard { k, n })
+}
+
+fn parse_cost(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().trim_start_matches('$').parse().map_err(|_| format!("`{s}` is not an amount in USD"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("`{s}` is not an amount in USD (0 or more)"));
+    }
+    Ok(v)
 }
 
 /// Where the tasks are, and what the command line adds to them.
@@ -163,4 +219,26 @@ pub struct TaskArgs {
     /// Agent for every task that names none.
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_partition_names_and_adding_one_moves_no_other() {
+        let names: Vec<String> = (0..300).map(|i| format!("task-{i}")).collect();
+        let shard_of = |name: &str| (1..=4).filter(|&k| Shard { k, n: 4 }.contains(name)).collect::<Vec<_>>();
+        let before: Vec<Vec<u64>> = names.iter().map(|n| shard_of(n)).collect();
+        assert!(before.iter().all(|s| s.len() == 1), "every name in exactly one shard");
+        for k in 1..=4 {
+            let size = before.iter().filter(|s| s[0] == k).count();
+            assert!((40..=110).contains(&size), "shard {k} holds {size} of 300");
+        }
+        // A name's shard depends on that name alone.
+        let again: Vec<Vec<u64>> = names.iter().map(|n| shard_of(n)).collect();
+        assert_eq!(before, again);
+        assert_eq!(parse_shard(" 2 / 3 ").unwrap(), Shard { k: 2, n: 3 });
+        assert_eq!(parse_cost("$1.50").unwrap(), 1.5);
+    }
 }

@@ -46,6 +46,7 @@ pub mod report;
 pub mod review;
 pub mod runner;
 pub mod sandbox;
+pub mod scheduler;
 pub mod spec;
 pub mod split;
 pub mod store;

@@ -106,6 +106,11 @@ pub struct TaskReport {
     /// Keep the workspace for inspection whatever `--keep-workspace` says.
     #[serde(skip)]
     pub keep_workspace: bool,
+    /// The task file and the line of the task's node (for CI annotations).
+    #[serde(skip)]
+    pub file: String,
+    #[serde(skip)]
+    pub line: usize,
 }
 
 impl TaskReport {
@@ -131,6 +136,8 @@ impl TaskReport {
             changes: None,
             split: Vec::new(),
             keep_workspace: false,
+            file: t.task.source.name.clone(),
+            line: t.task.source.line_col(t.task.node_span.offset()).0,
         }
     }
 
@@ -142,13 +149,29 @@ impl TaskReport {
 /// Progress of a task, for the reporter.
 #[derive(Debug, Clone)]
 pub enum Event<'a> {
-    Phase { task: &'a str, phase: &'static str, attempt: u32, detail: String },
-    Note { task: &'a str, message: String },
+    Phase {
+        task: &'a str,
+        phase: &'static str,
+        attempt: u32,
+        detail: String,
+    },
+    Note {
+        task: &'a str,
+        message: String,
+    },
+    /// An agent run reported what it cost.
+    Cost {
+        task: &'a str,
+        usd: f64,
+    },
 }
 
-/// Everything one task run needs.
-pub struct Runner<'a> {
-    pub plan: &'a Plan,
+/// Where the runner's events go (the reporter, through a channel).
+pub type Events = std::sync::Arc<dyn Fn(Event<'_>) + Send + Sync>;
+
+/// Everything one task run needs; shared by the tasks running at once.
+pub struct Runner {
+    pub plan: std::sync::Arc<Plan>,
     /// The cassist binary (it runs the workspace wrapper).
     pub exe: PathBuf,
     /// Where workspaces are made (outside the project).
@@ -159,9 +182,15 @@ pub struct Runner<'a> {
     pub keep_workspace: bool,
     /// Whether Landlock can be used here (probed once by the caller).
     pub landlock: bool,
-    pub redactor: &'a Redactor,
+    pub redactor: std::sync::Arc<Redactor>,
     pub cancel: Cancel,
-    pub events: &'a (dyn Fn(Event<'_>) + Sync),
+    pub events: Events,
+    /// `--max-cost`: no agent starts once the spend reaches it.
+    pub max_cost: Option<f64>,
+    /// What agents reported spending in this run, in micro-dollars.
+    pub spent: std::sync::atomic::AtomicU64,
+    /// Held while a change goes into the user's tree: one at a time.
+    pub integration: std::sync::Mutex<()>,
 }
 
 /// What a task runs: its agent, resolved.
@@ -249,7 +278,17 @@ fn plural(n: u32) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
-impl Runner<'_> {
+impl Runner {
+    /// What agents reported spending so far in this run.
+    pub fn spent_usd(&self) -> f64 {
+        self.spent.load(std::sync::atomic::Ordering::SeqCst) as f64 / 1e6
+    }
+
+    /// Whether `--max-cost` forbids starting another agent.
+    pub fn budget_reached(&self) -> bool {
+        self.max_cost.is_some_and(|max| self.spent_usd() >= max)
+    }
+
     fn event(&self, e: Event<'_>) {
         (self.events)(e)
     }
@@ -666,6 +705,15 @@ impl Runner<'_> {
     ) -> Result<Step, ()> {
         let name = t.task.name.as_str();
         let attempt = report.attempts + 1;
+        if self.budget_reached() {
+            report.state = TaskState::Failed;
+            report.reason = Some(format!(
+                "--max-cost reached: agents reported ${:.2} of ${:.2}; no further agent run was started",
+                self.spent_usd(),
+                self.max_cost.unwrap_or_default()
+            ));
+            return Err(());
+        }
         let io = match ws.io_dir() {
             Ok(d) => d,
             Err(e) => {
@@ -756,7 +804,7 @@ impl Runner<'_> {
             cmd.stdin = agent.inv.stdin_prompt.then(|| prompt.to_owned().into_bytes());
             cmd.timeout = Some(timeout);
             cmd.transcript = Some(transcript.clone());
-            process::run(&cmd, self.redactor, &self.cancel)
+            process::run(&cmd, &self.redactor, &self.cancel)
         }) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -804,15 +852,20 @@ impl Runner<'_> {
         // What the CLI's machine-readable output says.
         let parsed = agent.inv.builtin.map(|b| b.parse(&read_tail(&transcript, 4 << 20), finished.outcome, &io));
         let mut cost_usd = None;
+        // Any agent may report its cost in its result file; a built-in
+        // CLI's own output, when it says, takes precedence.
+        let reported_cost = parsed.as_ref().and_then(|p| p.cost_usd).or_else(|| result_cost(&result_file));
+        if let Some(c) = reported_cost {
+            report.cost_usd = Some(report.cost_usd.unwrap_or(0.0) + c);
+            cost_usd = Some(c);
+            self.spent.fetch_add((c.max(0.0) * 1e6).round() as u64, std::sync::atomic::Ordering::SeqCst);
+            self.event(Event::Cost { task: name, usd: c });
+        }
         if let Some(p) = &parsed {
             let _ = std::fs::write(
                 record.join(format!("agent-{attempt}.json")),
                 self.redactor.redact(&serde_json::to_string_pretty(p).unwrap_or_default()),
             );
-            if let Some(c) = p.cost_usd {
-                report.cost_usd = Some(report.cost_usd.unwrap_or(0.0) + c);
-                cost_usd = Some(c);
-            }
             if let Some(err) = &p.error {
                 let message = self.redactor.redact(&err.message);
                 let agent_name = agent.inv.name.clone();
@@ -1073,6 +1126,8 @@ impl Runner<'_> {
         if changes.is_empty() {
             return Ok(());
         }
+        // One change at a time goes into the user's tree.
+        let _one_at_a_time = self.integration.lock().unwrap_or_else(|e| e.into_inner());
         self.phase(name, "integrate", report.attempts, format!("{} file(s)", changes.changes.len()));
         let integrated = match ws.integrate(changes) {
             Ok(i) => i,
@@ -1098,7 +1153,7 @@ impl Runner<'_> {
             c.env = base_env.to_vec();
             c.transcript = Some(record.join("build.log"));
             c.timeout = Some(accept::DEFAULT_TIMEOUT);
-            let ok = process::run(&c, self.redactor, &self.cancel);
+            let ok = process::run(&c, &self.redactor, &self.cancel);
             let failed = match &ok {
                 Ok(f) if f.success() => None,
                 Ok(f) => Some((f.describe(), f.tail.clone())),
@@ -1159,7 +1214,7 @@ impl Runner<'_> {
         let mut c = process::Command::new(argv, ws.dir.clone());
         c.env = base_env.clone();
         c.transcript = Some(record.join("replay.log"));
-        match process::run(&c, self.redactor, &self.cancel) {
+        match process::run(&c, &self.redactor, &self.cancel) {
             Ok(f) if f.success() => {}
             Ok(f) => {
                 report.state = TaskState::Failed;
@@ -1273,7 +1328,7 @@ impl Runner<'_> {
         c.env = env.to_vec();
         c.timeout = timeout;
         c.transcript = Some(log.to_path_buf());
-        process::run(&c, self.redactor, &self.cancel)
+        process::run(&c, &self.redactor, &self.cancel)
     }
 }
 
@@ -1314,6 +1369,13 @@ pub fn instructions_name(agent: &str) -> &'static str {
         "gemini" => "GEMINI.md",
         _ => "AGENTS.md",
     }
+}
+
+/// `cost_usd` of the agent's result report, when it gives one.
+fn result_cost(path: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get("cost_usd").and_then(|c| c.as_f64()).filter(|c| c.is_finite() && *c >= 0.0)
 }
 
 /// The agent's result report: `None` when absent or unreadable,

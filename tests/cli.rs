@@ -729,6 +729,21 @@ fn usage_errors_exit_2() {
     assert!(run.stderr().contains("<TASK>"), "{}", run.stderr());
     let run = p.run(&[]);
     assert_exit(&run, 2);
+    // The batch flags check their values, and nothing is written.
+    for (args, says) in [
+        (&["run", "--shard", "0/3"][..], "1 <= K <= N, got 0/3"),
+        (&["run", "--shard", "4/3"][..], "1 <= K <= N, got 4/3"),
+        (&["run", "--shard", "2"][..], "is not K/N"),
+        (&["run", "--shard", "a/3"][..], "`a` is not a whole number"),
+        (&["run", "-j", "0"][..], "0 is not in 1..=1024"),
+        (&["run", "--max-cost", "lots"][..], "`lots` is not an amount in USD"),
+        (&["run", "--max-cost", "-1"][..], "-1"),
+    ] {
+        let run = p.run(args);
+        assert_exit(&run, 2);
+        assert!(run.stderr().contains(says), "{args:?}: {}", run.stderr());
+    }
+    assert!(!p.path().join(".cassist").exists());
     // --help and --version are not errors.
     let run = p.run(&["--help"]);
     assert_exit(&run, 0);

@@ -606,7 +606,8 @@ task "second" {
     let started = fx.out().join("started");
     let mut env = vec![("TMPDIR", tmp.to_str().unwrap()), ("FAKE_STARTED", started.to_str().unwrap())];
     env.extend_from_slice(mode);
-    let mut child = fx.command(&[], &env).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    // One task at a time: `second` waits behind `first`.
+    let mut child = fx.command(&["-j", "1"], &env).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     wait_for_file(&started, &mut child, Duration::from_secs(30));
     let workspaces = tmp.join(format!("cassist-{}", unsafe { libc::getuid() }));
     assert!(std::fs::read_dir(&workspaces).unwrap().count() > 0, "no workspace while the agent runs");

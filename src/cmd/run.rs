@@ -1,8 +1,9 @@
-//! `cassist run`: every task of the plan, one after another in dependency
-//! order, each through the runner.
+//! `cassist run`: the tasks of the plan through the scheduler, with the
+//! reporter showing progress; then the summary and the reports.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
@@ -12,8 +13,10 @@ use crate::exit;
 use crate::plan::{Plan, PlannedTask, State};
 use crate::process::{Cancel, Redactor};
 use crate::report::Output;
+use crate::report::progress::{Reporter, Style};
 use crate::report::table::Table;
-use crate::runner::{Event, Runner, TaskReport, TaskState};
+use crate::runner::{Runner, TaskReport, TaskState};
+use crate::scheduler;
 use crate::workspace::detect_mode;
 
 /// The `--report-json` document (SPEC 5).
@@ -71,13 +74,23 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
             return exit::INVALID_INPUT;
         }
     };
-    // --filter: the named tasks and what they depend on.
+    // --filter: the named tasks and what they depend on; --shard: a slice.
     let selected: Vec<PlannedTask> = match select(&plan, &args.filter) {
         Ok(s) => s.into_iter().cloned().collect(),
         Err(d) => {
             out.print_diagnostics(&[d]);
             return exit::INVALID_INPUT;
         }
+    };
+    let (selected, outside) = match args.shard {
+        Some(shard) => match shard_of(&plan, selected, shard) {
+            Ok(s) => s,
+            Err(message) => {
+                eprintln!("error: {message}");
+                return exit::INVALID_INPUT;
+            }
+        },
+        None => (selected, HashMap::new()),
     };
 
     let cancel = Cancel::default();
@@ -113,182 +126,31 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
             "note: this kernel has no Landlock: sandbox levels rely on the agents' own flags and on the review of each change"
         );
     }
-    let redactor = Redactor::from_env();
-    let total = selected.len();
-    let done = AtomicUsize::new(0);
-    let events = |e: Event<'_>| {
-        if out.quiet {
-            return;
-        }
-        let n = done.load(Ordering::Relaxed) + 1;
-        match e {
-            Event::Phase { task, phase, attempt, detail } => {
-                let attempt = if attempt > 0 { format!(" (attempt {attempt})") } else { String::new() };
-                let detail = if detail.is_empty() { String::new() } else { format!(": {detail}") };
-                eprintln!("[{n}/{total}] {task}: {phase}{attempt}{detail}");
-            }
-            Event::Note { task, message } => eprintln!("[{n}/{total}] {task}: {message}"),
-        }
-    };
-    let runner = Runner {
-        plan: &plan,
+    let jobs = args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |j| j as usize);
+    let reporter = Reporter::start(*out, Style::detect(out), selected.len(), args.output_logs);
+    let runner = Arc::new(Runner {
+        plan: Arc::new(plan),
         exe,
         workspaces,
         mode,
         run_dir: run_dir.clone(),
         keep_workspace: args.keep_workspace,
         landlock,
-        redactor: &redactor,
+        redactor: Arc::new(Redactor::from_env()),
         cancel: cancel.clone(),
-        events: &events,
-    };
+        events: reporter.events(),
+        max_cost: args.max_cost,
+        spent: Default::default(),
+        integration: Default::default(),
+    });
 
     crate::plan::timing("prepare run");
-    let mut reports: Vec<TaskReport> = Vec::new();
-    let mut by_name: HashMap<String, usize> = HashMap::new();
-    let mut stop: Option<String> = None;
-    // What each task hands its dependents: its recorded output.
-    let mut outputs: HashMap<String, String> = HashMap::new();
-    let mut lock = plan.lock.clone();
-    let mut needs_agent: Vec<(String, Vec<String>)> = Vec::new();
-    // Until a task of this run touches the tree, the plan's hashes are the
-    // tree's: hashing again is needed only from then on.
-    let mut touched = false;
-    for planned in &selected {
-        let mut t = planned.clone();
-        let report = if cancel.is_cancelled() {
-            TaskReport::skipped(&t, "interrupted")
-        } else if let Some(why) = &stop {
-            TaskReport::skipped(&t, why.clone())
-        } else if let Some(dep) = t
-            .key
-            .spec
-            .depends_on
-            .iter()
-            .find(|d| by_name.get(*d).is_some_and(|&i| !reports[i].state.is_success()))
-            .cloned()
-        {
-            // With --locked, a dependency held back because it needs an
-            // agent changes this task's inputs too: name it as well.
-            let held_back = |d: &String| {
-                by_name.get(d).is_none_or(|&i| reports[i].state.is_success()) || needs_agent.iter().any(|(n, _)| n == d)
-            };
-            if args.locked
-                && t.key.spec.depends_on.iter().all(held_back)
-                && runner.plan.rehash(&mut t, &outputs).is_ok()
-                && t.state == State::Run
-            {
-                let why = crate::cache::why(runner.plan, &t);
-                needs_agent.push((t.task.name.clone(), why.clone()));
-                outputs.insert(t.task.name.clone(), t.hash.clone());
-                TaskReport::skipped(&t, format!("--locked: an agent would be needed ({})", why.join("; ")))
-            } else {
-                TaskReport::skipped(&t, format!("dependency `{dep}` did not pass"))
-            }
-        } else if let Err(e) = if touched { runner.plan.rehash(&mut t, &outputs) } else { Ok(()) } {
-            TaskReport { state: TaskState::Failed, reason: Some(e), ..TaskReport::new(&t) }
-        } else {
-            if args.no_cache {
-                t.state = State::Run;
-            }
-            let summaries: Vec<(String, String)> = runner
-                .plan
-                .summary_dependencies(&t)
-                .iter()
-                .filter_map(|d| {
-                    by_name
-                        .get(&d.task.name)
-                        .and_then(|&i| reports[i].summary.clone())
-                        .map(|s| (d.task.name.clone(), s))
-                })
-                .collect();
-            let r = match t.state {
-                State::UpToDate => up_to_date(&runner, &t, &lock),
-                State::Replay => match runner.plan.store.get_entry(&lock.tasks[&t.task.name].before) {
-                    Some(entry) => runner.replay_task(&t, &entry),
-                    None => TaskReport {
-                        state: TaskState::Failed,
-                        reason: Some("the stored change vanished from the store".into()),
-                        ..TaskReport::new(&t)
-                    },
-                },
-                State::Run if args.locked => {
-                    let why = crate::cache::why(runner.plan, &t);
-                    needs_agent.push((t.task.name.clone(), why.clone()));
-                    TaskReport::skipped(&t, format!("--locked: an agent would be needed ({})", why.join("; ")))
-                }
-                State::Run => {
-                    // A task that had to be split last time starts split.
-                    let split = lock
-                        .tasks
-                        .get(&t.task.name)
-                        .and_then(|l| runner.plan.store.get_entry(&l.before))
-                        .map(|e| e.split)
-                        .unwrap_or_default();
-                    runner.run_task(&t, &summaries, &split)
-                }
-            };
-            // Record what passed: the store entry and the lock line. A
-            // failure to record never fails the run.
-            let output = match (r.state, t.state) {
-                (TaskState::UpToDate, _) => lock.tasks.get(&t.task.name).map(|e| e.patch.clone()),
-                (TaskState::Replayed, _) => {
-                    // The stored entry (the agent's prompts, transcripts,
-                    // cost) and the lock line stand as recorded: recording
-                    // the replay would drop them and churn the lock's date.
-                    // Only the after-state may move.
-                    let mut after = t.clone();
-                    let rehashed = runner.plan.rehash(&mut after, &outputs).is_ok();
-                    let moved = match lock.tasks.get_mut(&t.task.name) {
-                        Some(entry) if rehashed && entry.after != after.hash => {
-                            crate::cache::update_after(&runner.plan.store, entry, &after);
-                            true
-                        }
-                        _ => false,
-                    };
-                    if moved && let Err(e) = lock.save(&runner.plan.project.root) {
-                        eprintln!("warning: could not write cassist.lock: {e}");
-                    }
-                    lock.tasks.get(&t.task.name).map(|e| e.patch.clone())
-                }
-                (TaskState::Passed, _) => {
-                    let mut after = t.clone();
-                    let recorded =
-                        runner.plan.rehash(&mut after, &outputs).map_err(std::io::Error::other).and_then(|()| {
-                            let version = runner.plan.hashing.versions.get(&r.agent).cloned().flatten();
-                            crate::cache::record(
-                                &runner.plan.store,
-                                &mut lock,
-                                &runner.plan.project.root,
-                                &t,
-                                &after,
-                                &r,
-                                version,
-                            )
-                        });
-                    match recorded {
-                        Ok(patch) => Some(patch),
-                        Err(e) => {
-                            eprintln!("warning: could not record `{}` in the cache: {e}", t.task.name);
-                            None
-                        }
-                    }
-                }
-                _ => None,
-            };
-            outputs.insert(t.task.name.clone(), output.unwrap_or_else(|| t.hash.clone()));
-            touched |= !matches!(r.state, TaskState::UpToDate | TaskState::Skipped);
-            print_finished(out, &r, args.output_logs);
-            let failed = !r.state.is_success() && r.state != TaskState::Skipped;
-            if failed && !args.keep_going && stop.is_none() {
-                stop = Some(format!("not started: `{}` failed (use --keep-going to run independent tasks)", r.name));
-            }
-            r
-        };
-        done.fetch_add(1, Ordering::Relaxed);
-        by_name.insert(report.name.clone(), reports.len());
-        reports.push(report);
-    }
+    let started = std::time::Instant::now();
+    let opts = scheduler::Options { jobs, keep_going: args.keep_going, locked: args.locked, no_cache: args.no_cache };
+    let outcome = scheduler::run(runner.clone(), selected.clone(), outside, &opts, &mut |r| reporter.finished(r));
+    reporter.finish();
+    let scheduler::Outcome { reports, outputs, mut lock, needs_agent, touched } = outcome;
+    let plan = &runner.plan;
 
     crate::plan::timing("run tasks");
     let interrupted = cancel.is_cancelled() || interrupts.load(Ordering::SeqCst) > 0;
@@ -297,25 +159,24 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
     // describe, so an unchanged project is up-to-date next time.
     if touched && !interrupted && !args.locked {
         let mut changed = false;
-        for planned in &selected {
-            let Some(&i) = by_name.get(&planned.task.name) else { continue };
-            if !reports[i].state.is_success() || !lock.tasks.contains_key(&planned.task.name) {
+        for (planned, r) in selected.iter().zip(&reports) {
+            if !r.state.is_success() || !lock.tasks.contains_key(&planned.task.name) {
                 continue;
             }
             let mut t = planned.clone();
-            if runner.plan.rehash(&mut t, &outputs).is_ok()
+            if plan.rehash(&mut t, &outputs).is_ok()
                 && let Some(entry) = lock.tasks.get_mut(&t.task.name)
                 && entry.after != t.hash
             {
-                crate::cache::update_after(&runner.plan.store, entry, &t);
+                crate::cache::update_after(&plan.store, entry, &t);
                 changed = true;
             }
         }
-        if changed && let Err(e) = lock.save(&runner.plan.project.root) {
+        if changed && let Err(e) = lock.save(&plan.project.root) {
             eprintln!("warning: could not write cassist.lock: {e}");
         }
     }
-    runner.plan.save_caches();
+    plan.save_caches();
     crate::plan::timing("final hashes");
     if !out.quiet || reports.iter().any(|r| !r.state.is_success()) {
         print_summary(out, &reports, &run_dir);
@@ -325,6 +186,17 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
         let json = serde_json::to_vec_pretty(&doc).unwrap_or_default();
         if let Err(e) = crate::store::write_atomic(path, &json) {
             eprintln!("error: cannot write {}: {e}", path.display());
+        }
+    }
+    if let Some(path) = &args.junit {
+        let xml = crate::report::junit::render(&reports, started.elapsed().as_secs_f64(), &crate::lock::now_rfc3339());
+        if let Err(e) = crate::store::write_atomic(path, xml.as_bytes()) {
+            eprintln!("error: cannot write {}: {e}", path.display());
+        }
+    }
+    if crate::report::github::active() {
+        for line in crate::report::github::annotations(&reports) {
+            crate::outln!("{line}");
         }
     }
     if !needs_agent.is_empty() {
@@ -343,26 +215,44 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
     if reports.iter().all(|r| r.state.is_success()) { exit::SUCCESS } else { exit::TASK_FAILED }
 }
 
-/// A task whose inputs equal its recorded after-state: nothing to do; its
-/// stored summary is replayed in one line.
-fn up_to_date(runner: &Runner<'_>, t: &PlannedTask, lock: &crate::lock::Lock) -> TaskReport {
-    let mut r = TaskReport::new(t);
-    r.state = TaskState::UpToDate;
-    if let Some(l) = lock.tasks.get(&t.task.name) {
-        r.agent = l.agent.clone();
-        if let Some(entry) = runner.plan.store.get_entry(&l.before) {
-            r.summary = entry.summary.clone();
-            r.changed_files = entry.changes.iter().map(|c| c.path.clone()).collect();
-            // The stored transcript, for `--output-logs`-style inspection.
-            if let Some(h) =
-                entry.records.iter().filter(|(k, _)| k.starts_with("transcript-")).map(|(_, h)| h).next_back()
-            {
-                let (a, b) = h.split_at(2);
-                r.transcript = Some(runner.plan.store.dir().join("objects").join(a).join(b));
+/// `--shard K/N`: the selected tasks in slice K, and the output of each
+/// task they depend on outside it, which must be up to date (its output is
+/// then the recorded one). Anything else is an error naming the task.
+fn shard_of(
+    plan: &Plan,
+    selected: Vec<PlannedTask>,
+    shard: crate::cli::Shard,
+) -> Result<(Vec<PlannedTask>, HashMap<String, String>), String> {
+    let (mine, others): (Vec<PlannedTask>, Vec<PlannedTask>) =
+        selected.into_iter().partition(|t| shard.contains(&t.task.name));
+    let others: HashMap<&str, &PlannedTask> = others.iter().map(|t| (t.task.name.as_str(), t)).collect();
+    let mut outside = HashMap::new();
+    let mut problems = Vec::new();
+    for t in &mine {
+        for d in &t.key.spec.depends_on {
+            let Some(dep) = others.get(d.as_str()) else { continue };
+            if dep.state == State::UpToDate {
+                if let Some(l) = plan.lock.tasks.get(d) {
+                    outside.insert(d.clone(), l.patch.clone());
+                }
+            } else {
+                problems.push(format!(
+                    "task `{}` depends on `{d}`, which is in another shard and is not up to date (state {})",
+                    t.task.name,
+                    dep.state.as_str()
+                ));
             }
         }
     }
-    r
+    if !problems.is_empty() {
+        problems.sort();
+        problems.dedup();
+        return Err(format!(
+            "--shard {shard}: {}; run the shards of its dependencies first (and keep .cassist/store between them), or run without --shard",
+            problems.join("; ")
+        ));
+    }
+    Ok((mine, outside))
 }
 
 fn select<'a>(plan: &'a Plan, filter: &[String]) -> Result<Vec<&'a PlannedTask>, crate::spec::SpecDiagnostic> {
@@ -399,56 +289,6 @@ fn workspaces_dir(root: &Path) -> PathBuf {
         dir = PathBuf::from("/tmp").join(format!("cassist-{uid}"));
     }
     dir
-}
-
-fn print_finished(out: &Output, r: &TaskReport, logs: crate::cli::OutputLogs) {
-    if out.quiet && r.state.is_success() {
-        return;
-    }
-    if r.state == TaskState::UpToDate {
-        // A cache hit: one line with the stored summary, and where the
-        // transcript is (or the transcript itself with --output-logs full).
-        let summary: String =
-            r.summary.as_deref().unwrap_or("").lines().next().unwrap_or("").chars().take(100).collect();
-        let mut line = format!("{} {}", r.name, out.green("up-to-date"));
-        if !summary.is_empty() {
-            line.push_str(&format!(": {summary}"));
-        }
-        crate::outln!("{line}");
-        if let Some(t) = &r.transcript {
-            if logs == crate::cli::OutputLogs::Full {
-                if let Ok(text) = std::fs::read_to_string(t) {
-                    for l in text.lines() {
-                        crate::outln!("  | {l}");
-                    }
-                }
-            } else {
-                crate::outln!("  {}", out.dim(&format!("transcript: {}", t.display())));
-            }
-        }
-        return;
-    }
-    let state = match r.state {
-        TaskState::Passed | TaskState::UpToDate | TaskState::Replayed => out.green(r.state.as_str()),
-        TaskState::Skipped => out.yellow(r.state.as_str()),
-        _ => out.red(r.state.as_str()),
-    };
-    let mut line = format!("{} {state} in {:.1}s", r.name, r.duration_ms as f64 / 1000.0);
-    if !r.changed_files.is_empty() && r.state.is_success() {
-        line.push_str(&format!(", integrated {} file(s): {}", r.changed_files.len(), r.changed_files.join(", ")));
-    }
-    if let Some(reason) = &r.reason {
-        line.push_str(&format!(": {reason}"));
-    }
-    crate::outln!("{line}");
-    if r.state.is_success()
-        && let Some(s) = &r.summary
-        && !s.trim().is_empty()
-        && !out.quiet
-    {
-        let first: String = s.lines().take(3).collect::<Vec<_>>().join("\n  ");
-        crate::outln!("  {}", out.dim(&first));
-    }
 }
 
 fn print_summary(out: &Output, reports: &[TaskReport], run_dir: &Path) {

@@ -1,5 +1,8 @@
 //! What the user sees: diagnostics, tables, colours.
 
+pub mod github;
+pub mod junit;
+pub mod progress;
 pub mod table;
 
 use std::io::IsTerminal;
@@ -109,5 +112,15 @@ impl Output {
 
     pub fn red(&self, s: &str) -> String {
         if self.color_out { s.red().to_string() } else { s.to_owned() }
+    }
+
+    /// A task's state, coloured by what it means.
+    pub fn state(&self, state: crate::runner::TaskState) -> String {
+        use crate::runner::TaskState;
+        match state {
+            TaskState::Passed | TaskState::UpToDate | TaskState::Replayed => self.green(state.as_str()),
+            TaskState::Skipped => self.yellow(state.as_str()),
+            TaskState::Failed | TaskState::Blocked => self.red(state.as_str()),
+        }
     }
 }

@@ -1,0 +1,47 @@
+//! On GitHub Actions (`GITHUB_ACTIONS=true`), failed tasks are also printed
+//! as workflow commands, `::error file=…,line=…,title=…::message`, which
+//! GitHub shows on the task's KDL node in the pull request's diff.
+
+use crate::runner::{TaskReport, TaskState};
+
+/// Whether this run is on GitHub Actions.
+pub fn active() -> bool {
+    std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true")
+}
+
+/// One `::error` line per failed or blocked task.
+pub fn annotations(reports: &[TaskReport]) -> Vec<String> {
+    reports
+        .iter()
+        .filter(|r| matches!(r.state, TaskState::Failed | TaskState::Blocked))
+        .map(|r| {
+            let title = format!("cassist: task {} {}", r.name, r.state.as_str());
+            let mut message = r.reason.clone().unwrap_or_else(|| r.state.as_str().to_owned());
+            if let Some(t) = &r.transcript {
+                message.push_str(&format!("\ntranscript: {}", t.display()));
+            }
+            format!("::error file={},line={},title={}::{}", property(&r.file), r.line, property(&title), data(&message))
+        })
+        .collect()
+}
+
+/// Escaping of a command's message (GitHub's `escapeData`).
+fn data(s: &str) -> String {
+    s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
+}
+
+/// Escaping of a command's property (GitHub's `escapeProperty`).
+fn property(s: &str) -> String {
+    data(s).replace(':', "%3A").replace(',', "%2C")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_like_the_actions_toolkit() {
+        assert_eq!(data("50%\nnext\r"), "50%25%0Anext%0D");
+        assert_eq!(property("a:b,c"), "a%3Ab%2Cc");
+    }
+}

@@ -1,0 +1,326 @@
+//! Live progress of `cassist run`: a thread of its own that receives the
+//! runner's events and the finished tasks as messages, and alone writes the
+//! terminal while tasks run.
+//!
+//! On a terminal: an overall bar (done/total, passed, failed, cached,
+//! spend) and a line per running task with its phase, attempt, elapsed
+//! time and cost (indicatif). Elsewhere (CI, pipes): one plain line per
+//! state change, no control characters. `-q`: only failures.
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::cli::OutputLogs;
+use crate::report::Output;
+use crate::runner::{Event, Events, TaskReport, TaskState};
+
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    Bars,
+    Lines,
+    /// Only failures.
+    Quiet,
+}
+
+impl Style {
+    /// Bars on a terminal (unless `TERM=dumb`), plain lines elsewhere.
+    pub fn detect(out: &Output) -> Style {
+        if out.quiet {
+            Style::Quiet
+        } else if std::io::stderr().is_terminal() && std::env::var("TERM").map_or(true, |t| t != "dumb") {
+            Style::Bars
+        } else {
+            Style::Lines
+        }
+    }
+}
+
+enum Msg {
+    Phase {
+        task: String,
+        phase: &'static str,
+        attempt: u32,
+        detail: String,
+    },
+    Note {
+        task: String,
+        message: String,
+    },
+    Cost {
+        task: String,
+        usd: f64,
+    },
+    Finished(Box<TaskReport>),
+    /// Everything is said: clear the bars and end.
+    Stop,
+}
+
+/// The reporter: send it events and finished tasks; [`Reporter::finish`]
+/// waits until everything is written.
+pub struct Reporter {
+    tx: SyncSender<Msg>,
+    thread: JoinHandle<()>,
+}
+
+impl Reporter {
+    pub fn start(out: Output, style: Style, total: usize, logs: OutputLogs) -> Reporter {
+        // Bounded: a slow terminal slows the tasks' events down rather than
+        // letting them pile up.
+        let (tx, rx) = sync_channel(1024);
+        let thread = std::thread::Builder::new()
+            .name("cassist-reporter".into())
+            .spawn(move || Screen::new(out, style, total, logs).serve(rx))
+            .expect("start the reporter thread");
+        Reporter { tx, thread }
+    }
+
+    /// The runner's event sink.
+    pub fn events(&self) -> Events {
+        let tx = self.tx.clone();
+        Arc::new(move |e: Event<'_>| {
+            let msg = match e {
+                Event::Phase { task, phase, attempt, detail } => {
+                    Msg::Phase { task: task.to_owned(), phase, attempt, detail }
+                }
+                Event::Note { task, message } => Msg::Note { task: task.to_owned(), message },
+                Event::Cost { task, usd } => Msg::Cost { task: task.to_owned(), usd },
+            };
+            let _ = tx.send(msg);
+        })
+    }
+
+    /// A task ended.
+    pub fn finished(&self, r: &TaskReport) {
+        let _ = self.tx.send(Msg::Finished(Box::new(r.clone())));
+    }
+
+    /// Waits until every message is written and the bars are gone.
+    pub fn finish(self) {
+        let _ = self.tx.send(Msg::Stop);
+        let _ = self.thread.join();
+    }
+}
+
+/// What one running task shows.
+struct Running {
+    bar: Option<ProgressBar>,
+    cost: f64,
+    phase: String,
+}
+
+/// The reporter thread's state.
+struct Screen {
+    out: Output,
+    style: Style,
+    total: usize,
+    logs: OutputLogs,
+    done: usize,
+    passed: usize,
+    failed: usize,
+    cached: usize,
+    spent: f64,
+    multi: Option<MultiProgress>,
+    overall: Option<ProgressBar>,
+    running: HashMap<String, Running>,
+}
+
+impl Screen {
+    fn new(out: Output, style: Style, total: usize, logs: OutputLogs) -> Screen {
+        let (multi, overall) = if style == Style::Bars {
+            let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(10));
+            let overall = multi.add(ProgressBar::new(total as u64));
+            overall.set_style(
+                ProgressStyle::with_template("{prefix:.bold} [{bar:30.cyan/blue}] {pos}/{len} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+            );
+            overall.set_prefix("cassist");
+            overall.enable_steady_tick(Duration::from_millis(200));
+            (Some(multi), Some(overall))
+        } else {
+            (None, None)
+        };
+        let s = Screen {
+            out,
+            style,
+            total,
+            logs,
+            done: 0,
+            passed: 0,
+            failed: 0,
+            cached: 0,
+            spent: 0.0,
+            multi,
+            overall,
+            running: HashMap::new(),
+        };
+        s.update_overall();
+        s
+    }
+
+    fn serve(mut self, rx: Receiver<Msg>) {
+        for msg in rx {
+            match msg {
+                Msg::Phase { task, phase, attempt, detail } => self.phase(&task, phase, attempt, &detail),
+                Msg::Note { task, message } => self.note(&task, &message),
+                Msg::Cost { task, usd } => {
+                    self.spent += usd;
+                    if let Some(r) = self.running.get_mut(&task) {
+                        r.cost += usd;
+                    }
+                    self.redraw(&task);
+                    self.update_overall();
+                }
+                Msg::Finished(r) => self.finished(&r),
+                Msg::Stop => break,
+            }
+        }
+        if let Some(o) = self.overall.take() {
+            o.finish_and_clear();
+        }
+        for (_, r) in self.running.drain() {
+            if let Some(b) = r.bar {
+                b.finish_and_clear();
+            }
+        }
+        if let Some(m) = self.multi.take() {
+            let _ = m.clear();
+        }
+    }
+
+    fn counter(&self) -> String {
+        format!("[{}/{}]", self.done, self.total)
+    }
+
+    fn phase(&mut self, task: &str, phase: &str, attempt: u32, detail: &str) {
+        let attempt_text = if attempt > 0 { format!(" (attempt {attempt})") } else { String::new() };
+        let detail_text = if detail.is_empty() { String::new() } else { format!(": {detail}") };
+        let text = format!("{phase}{attempt_text}{detail_text}");
+        match self.style {
+            Style::Quiet => {}
+            Style::Lines => eprintln!("{} {task}: {text}", self.counter()),
+            Style::Bars => {
+                let multi = self.multi.clone();
+                let entry = self.running.entry(task.to_owned()).or_insert_with(|| Running {
+                    bar: multi.map(|m| {
+                        let bar = m.add(ProgressBar::new_spinner());
+                        bar.set_style(
+                            ProgressStyle::with_template("{spinner:.green} {prefix:.bold} {msg} [{elapsed}]")
+                                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                        );
+                        bar.set_prefix(task.to_owned());
+                        bar.enable_steady_tick(Duration::from_millis(120));
+                        bar
+                    }),
+                    cost: 0.0,
+                    phase: String::new(),
+                });
+                entry.phase = text;
+                self.redraw(task);
+            }
+        }
+    }
+
+    fn redraw(&self, task: &str) {
+        if let Some(r) = self.running.get(task)
+            && let Some(bar) = &r.bar
+        {
+            let cost = if r.cost > 0.0 { format!(" ${:.2}", r.cost) } else { String::new() };
+            let line: String = format!("{}{cost}", r.phase).chars().take(120).collect();
+            bar.set_message(line);
+        }
+    }
+
+    fn note(&self, task: &str, message: &str) {
+        match (&self.style, &self.multi) {
+            (Style::Quiet, _) => {}
+            (Style::Bars, Some(m)) => {
+                let _ = m.println(format!("{task}: {message}"));
+            }
+            _ => eprintln!("{} {task}: {message}", self.counter()),
+        }
+    }
+
+    fn update_overall(&self) {
+        if let Some(o) = &self.overall {
+            o.set_position(self.done as u64);
+            let spend = if self.spent > 0.0 { format!(", ${:.2}", self.spent) } else { String::new() };
+            o.set_message(format!("{} passed, {} failed, {} cached{spend}", self.passed, self.failed, self.cached));
+        }
+    }
+
+    fn finished(&mut self, r: &TaskReport) {
+        self.done += 1;
+        match r.state {
+            TaskState::Passed => self.passed += 1,
+            TaskState::UpToDate | TaskState::Replayed => self.cached += 1,
+            TaskState::Failed | TaskState::Blocked => self.failed += 1,
+            TaskState::Skipped => {}
+        }
+        if let Some(run) = self.running.remove(&r.name)
+            && let (Some(bar), Some(m)) = (run.bar, &self.multi)
+        {
+            bar.finish_and_clear();
+            m.remove(&bar);
+        }
+        match &self.multi {
+            Some(m) => m.suspend(|| print_finished(&self.out, r, self.logs)),
+            None => print_finished(&self.out, r, self.logs),
+        }
+        self.update_overall();
+    }
+}
+
+/// The line of a finished task (stdout).
+pub fn print_finished(out: &Output, r: &TaskReport, logs: OutputLogs) {
+    if out.quiet && r.state.is_success() {
+        return;
+    }
+    if r.state == TaskState::UpToDate {
+        // A cache hit: one line with the stored summary, and where the
+        // transcript is (or the transcript itself with --output-logs full).
+        let summary: String =
+            r.summary.as_deref().unwrap_or("").lines().next().unwrap_or("").chars().take(100).collect();
+        let mut line = format!("{} {}", r.name, out.green("up-to-date"));
+        if !summary.is_empty() {
+            line.push_str(&format!(": {summary}"));
+        }
+        crate::outln!("{line}");
+        if let Some(t) = &r.transcript {
+            if logs == OutputLogs::Full {
+                if let Ok(text) = std::fs::read_to_string(t) {
+                    for l in text.lines() {
+                        crate::outln!("  | {l}");
+                    }
+                }
+            } else {
+                crate::outln!("  {}", out.dim(&format!("transcript: {}", t.display())));
+            }
+        }
+        return;
+    }
+    let state = out.state(r.state);
+    let mut line = format!("{} {state} in {:.1}s", r.name, r.duration_ms as f64 / 1000.0);
+    if !r.changed_files.is_empty() && r.state.is_success() {
+        line.push_str(&format!(", integrated {} file(s): {}", r.changed_files.len(), r.changed_files.join(", ")));
+    }
+    if let Some(reason) = &r.reason {
+        line.push_str(&format!(": {reason}"));
+    }
+    crate::outln!("{line}");
+    if r.state.is_success()
+        && let Some(s) = &r.summary
+        && !s.trim().is_empty()
+        && !out.quiet
+    {
+        let first: String = s.lines().take(3).collect::<Vec<_>>().join("\n  ");
+        crate::outln!("  {}", out.dim(&first));
+    }
+}
