@@ -378,6 +378,15 @@ fn on_a_terminal_bars_are_drawn_and_cleared() {
     let last_frame = &raw[..raw_summary];
     let tail = &last_frame[last_frame.rfind("cassist").unwrap()..];
     assert!(tail.contains("\r\u{1b}[2K"), "the bars were not cleared before the summary:\n{tail:?}");
+
+    // NO_COLOR: bars still, but no colour at all.
+    let b = Batch::new(&[T("solo", &[])]);
+    let (code, raw) = run_in_pty(&b, &[], &[("TIMED_SLEEP", "0.5"), ("NO_COLOR", "1")]);
+    assert_eq!(code, 0, "{raw:?}");
+    assert!(strip_ansi(&raw).contains("cassist ["), "{raw:?}");
+    for colour in ["\u{1b}[1m", "\u{1b}[2m", "\u{1b}[32m", "\u{1b}[36m"] {
+        assert!(!raw.contains(colour), "{colour:?} with NO_COLOR:\n{raw:?}");
+    }
 }
 
 /// `text` without its terminal escape sequences.

@@ -136,8 +136,14 @@ impl Screen {
         let (multi, overall) = if style == Style::Bars {
             let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(10));
             let overall = multi.add(ProgressBar::new(total as u64));
+            // --color and NO_COLOR decide for the bars too.
+            let template = if out.color_err {
+                "{prefix:.bold} [{bar:30.cyan/blue}] {pos}/{len} {msg}"
+            } else {
+                "{prefix} [{bar:30}] {pos}/{len} {msg}"
+            };
             overall.set_style(
-                ProgressStyle::with_template("{prefix:.bold} [{bar:30.cyan/blue}] {pos}/{len} {msg}")
+                ProgressStyle::with_template(template)
                     .unwrap_or_else(|_| ProgressStyle::default_bar())
                     .progress_chars("=> "),
             );
@@ -208,12 +214,16 @@ impl Screen {
             Style::Lines => eprintln!("{} {task}: {text}", self.counter()),
             Style::Bars => {
                 let multi = self.multi.clone();
+                let template = if self.out.color_err {
+                    "{spinner:.green} {prefix:.bold} {msg} [{elapsed}]"
+                } else {
+                    "{spinner} {prefix} {msg} [{elapsed}]"
+                };
                 let entry = self.running.entry(task.to_owned()).or_insert_with(|| Running {
                     bar: multi.map(|m| {
                         let bar = m.add(ProgressBar::new_spinner());
                         bar.set_style(
-                            ProgressStyle::with_template("{spinner:.green} {prefix:.bold} {msg} [{elapsed}]")
-                                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                            ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_spinner()),
                         );
                         bar.set_prefix(task.to_owned());
                         bar.enable_steady_tick(Duration::from_millis(120));
