@@ -37,10 +37,15 @@ struct Batch {
 
 impl Batch {
     fn new(tasks: &[T<'_>]) -> Batch {
+        Batch::with_config(tasks, "")
+    }
+
+    /// With `config` added to `cassist.kdl`.
+    fn with_config(tasks: &[T<'_>], config: &str) -> Batch {
         let marker = unique_marker("timed");
         let fx = Fx::new(
             &format!(
-                "defaults {{\n    agent \"timed\"\n}}\n{}",
+                "{config}\ndefaults {{\n    agent \"timed\"\n}}\n{}",
                 agent(
                     "timed",
                     "timed.sh",
@@ -136,6 +141,28 @@ fn twelve_independent_tasks_run_four_at_a_time_and_all_integrate() {
     assert_eq!(json["passed"], 12);
     // Twelve 1-second agents, four at a time: about 3 s, far from 12 s.
     assert!(done.elapsed < Duration::from_secs(9), "took {:?}", done.elapsed);
+}
+
+#[test]
+fn integrations_happen_one_at_a_time() {
+    // The `build` command runs inside the integration: it logs when it
+    // starts and ends, and takes a while.
+    let log = tempfile::tempdir().unwrap();
+    let file = log.path().join("builds");
+    let build = format!("echo start $(date +%s.%N) >> {0:?}; sleep 0.3; echo end $(date +%s.%N) >> {0:?}", file);
+    let names = names(6);
+    let tasks: Vec<T<'_>> = names.iter().map(|n| T(n, &[])).collect();
+    let b = Batch::with_config(&tasks, &format!("build {build:?}"));
+    let done = b.run(&["-j", "6"], &[("TIMED_SLEEP", "0.2")]);
+    done.exit(0);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let times: Vec<f64> = text.lines().map(|l| l.split(' ').nth(1).unwrap().parse().unwrap()).collect();
+    assert_eq!(times.len(), 12, "{text}");
+    let kinds: Vec<&str> = text.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    assert_eq!(kinds, ["start", "end"].repeat(6), "integrations overlapped:\n{text}");
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{text}");
+    // The agents themselves did overlap.
+    assert!(max_overlap(&b.spans()) >= 3, "{:?}", b.spans());
 }
 
 #[test]
