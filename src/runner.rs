@@ -189,8 +189,10 @@ pub struct Runner {
     pub max_cost: Option<f64>,
     /// What agents reported spending in this run, in micro-dollars.
     pub spent: std::sync::atomic::AtomicU64,
-    /// Held while a change goes into the user's tree: one at a time.
-    pub integration: std::sync::Mutex<()>,
+    /// Written while a change goes into the user's tree (one at a time);
+    /// read while the tree is read whole: a workspace's starting state, a
+    /// task's hash.
+    pub integration: std::sync::RwLock<()>,
 }
 
 /// What a task runs: its agent, resolved.
@@ -225,6 +227,7 @@ struct Oversized {
     /// The outcome in words (`killed by signal 9 (SIGKILL)`).
     detail: String,
     tail: String,
+    cost_usd: Option<f64>,
 }
 
 /// An agent's run, judged: its change is fine (on to acceptance), or the
@@ -363,7 +366,11 @@ impl Runner {
 
         // The workspace.
         self.phase(name, "workspace", 0, self.mode.as_str());
-        let mut ws = match Workspace::create(&self.exe, &project.root, &self.workspaces, self.mode, name) {
+        let created = {
+            let _no_integration = self.integration.read().unwrap_or_else(|e| e.into_inner());
+            Workspace::create(&self.exe, &project.root, &self.workspaces, self.mode, name)
+        };
+        let mut ws = match created {
             Ok(ws) => ws,
             Err(e) => {
                 report.state = TaskState::Failed;
@@ -373,7 +380,22 @@ impl Runner {
         };
         let mut tree = None;
         let outcome = self.run_agent_loop(t, summaries, recorded_split, record, report, &mut ws, candidates, &mut tree);
-        if let Some(tree) = &tree {
+        if let Some(tree) = tree.as_mut() {
+            // A part that ended the task (a reported failure, Ctrl-C,
+            // --max-cost, an agent error) says so.
+            if let Some(i) = tree.current.take()
+                && !report.state.is_success()
+            {
+                let node = &mut tree.nodes[i].report;
+                if !matches!(node.state, split::PartState::Blocked | split::PartState::Split) {
+                    node.state = if report.state == TaskState::Blocked {
+                        split::PartState::Blocked
+                    } else {
+                        split::PartState::Failed
+                    };
+                    node.reason = report.reason.clone();
+                }
+            }
             report.subtasks = tree.reports();
         }
         if (outcome.is_err() || !report.state.is_success())
@@ -480,6 +502,7 @@ impl Runner {
                     let before = ws.changes().map(|c| fingerprint(&c)).unwrap_or_default();
                     let timeout = part.timeout(t.timeout);
                     let part_attempt = tree.nodes[idx].next_attempt();
+                    tree.current = Some(idx);
                     let started = Instant::now();
                     let step =
                         self.agent_step(t, record, ws, &mut candidates, &prompt, &part, part_attempt, timeout, report);
@@ -489,6 +512,9 @@ impl Runner {
                         Step::Again => continue,
                         Step::Oversized(o) => {
                             node.attempts += 1;
+                            if let Some(c) = o.cost_usd {
+                                node.cost_usd = Some(node.cost_usd.unwrap_or(0.0) + c);
+                            }
                             node.state = split::PartState::Split;
                             node.reason = Some(format!("agent {} after {}", o.what, split::seconds(o.elapsed)));
                             if part.round >= split::MAX_ROUNDS {
@@ -567,6 +593,7 @@ impl Runner {
                     }
                     node.state = split::PartState::Passed;
                     node.reason = None;
+                    tree.current = None;
                     part_feedback = None;
                     pos += 1;
                     continue;
@@ -828,12 +855,26 @@ impl Runner {
         report.transcript = Some(transcript.clone());
         let _ = std::fs::copy(&result_file, record.join(format!("result-{attempt}.json")));
 
+        // What the CLI's machine-readable output says, and what the run
+        // cost: counted for a killed run too.
+        let parsed = agent.inv.builtin.map(|b| b.parse(&read_tail(&transcript, 4 << 20), finished.outcome, &io));
+        let mut cost_usd = None;
+        // Any agent may report its cost in its result file; a built-in
+        // CLI's own output, when it says, takes precedence.
+        let reported_cost = parsed.as_ref().and_then(|p| p.cost_usd).or_else(|| result_cost(&result_file));
+        if let Some(c) = reported_cost {
+            report.cost_usd = Some(report.cost_usd.unwrap_or(0.0) + c);
+            cost_usd = Some(c);
+            self.spent.fetch_add((c.max(0.0) * 1e6).round() as u64, std::sync::atomic::Ordering::SeqCst);
+            self.event(Event::Cost { task: name, usd: c });
+        }
         let oversized = |what: &'static str| {
             Ok(Step::Oversized(Oversized {
                 what,
                 elapsed: finished.duration,
                 detail: finished.describe(),
                 tail: finished.tail.clone(),
+                cost_usd,
             }))
         };
         match finished.outcome {
@@ -849,18 +890,6 @@ impl Runner {
             _ => {}
         }
 
-        // What the CLI's machine-readable output says.
-        let parsed = agent.inv.builtin.map(|b| b.parse(&read_tail(&transcript, 4 << 20), finished.outcome, &io));
-        let mut cost_usd = None;
-        // Any agent may report its cost in its result file; a built-in
-        // CLI's own output, when it says, takes precedence.
-        let reported_cost = parsed.as_ref().and_then(|p| p.cost_usd).or_else(|| result_cost(&result_file));
-        if let Some(c) = reported_cost {
-            report.cost_usd = Some(report.cost_usd.unwrap_or(0.0) + c);
-            cost_usd = Some(c);
-            self.spent.fetch_add((c.max(0.0) * 1e6).round() as u64, std::sync::atomic::Ordering::SeqCst);
-            self.event(Event::Cost { task: name, usd: c });
-        }
         if let Some(p) = &parsed {
             let _ = std::fs::write(
                 record.join(format!("agent-{attempt}.json")),
@@ -1127,7 +1156,7 @@ impl Runner {
             return Ok(());
         }
         // One change at a time goes into the user's tree.
-        let _one_at_a_time = self.integration.lock().unwrap_or_else(|e| e.into_inner());
+        let _one_at_a_time = self.integration.write().unwrap_or_else(|e| e.into_inner());
         self.phase(name, "integrate", report.attempts, format!("{} file(s)", changes.changes.len()));
         let integrated = match ws.integrate(changes) {
             Ok(i) => i,
@@ -1196,21 +1225,36 @@ impl Runner {
         let record = record.to_path_buf();
         let name = t.task.name.as_str();
         self.phase(name, "workspace", 0, self.mode.as_str());
-        let mut ws =
-            Workspace::create(&self.exe, &self.plan.project.root, &self.workspaces, self.mode, name).map_err(|e| {
-                report.state = TaskState::Failed;
-                report.reason = Some(format!("cannot create the workspace: {e}"));
-            })?;
+        let created = {
+            let _no_integration = self.integration.read().unwrap_or_else(|e| e.into_inner());
+            Workspace::create(&self.exe, &self.plan.project.root, &self.workspaces, self.mode, name)
+        };
+        let mut ws = created.map_err(|e| {
+            report.state = TaskState::Failed;
+            report.reason = Some(format!("cannot create the workspace: {e}"));
+        })?;
         self.phase(name, "replay", 0, format!("{} file(s)", entry.changes.len()));
         let base_env = invoke::environment(&[], &[]);
         // The stored change is written inside the workspace (a helper
         // run through the wrapper, so deletions are real there too).
-        let spec = ws.io_dir().map(|d| d.join("replay.json")).map_err(|_| ())?;
+        let cannot = |report: &mut TaskReport, e: std::io::Error| {
+            report.state = TaskState::Failed;
+            report.reason = Some(format!("cannot replay the stored change: {e}"));
+            Err(())
+        };
+        let spec = match ws.io_dir() {
+            Ok(d) => d.join("replay.json"),
+            Err(e) => return cannot(report, e),
+        };
         let doc = serde_json::json!({"store": self.plan.store.dir(), "changes": entry.changes});
-        std::fs::write(&spec, serde_json::to_vec(&doc).unwrap_or_default()).map_err(|_| ())?;
-        let argv = ws
-            .wrap(vec![self.exe.clone().into_os_string(), "__apply-changes".into(), spec.into_os_string()])
-            .map_err(|_| ())?;
+        if let Err(e) = std::fs::write(&spec, serde_json::to_vec(&doc).unwrap_or_default()) {
+            return cannot(report, e);
+        }
+        let argv =
+            match ws.wrap(vec![self.exe.clone().into_os_string(), "__apply-changes".into(), spec.into_os_string()]) {
+                Ok(a) => a,
+                Err(e) => return cannot(report, e),
+            };
         let mut c = process::Command::new(argv, ws.dir.clone());
         c.env = base_env.clone();
         c.transcript = Some(record.join("replay.log"));

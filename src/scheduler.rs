@@ -87,6 +87,8 @@ async fn schedule(
     let mut touched = false;
     let mut running = 0usize;
     let mut joins: tokio::task::JoinSet<(usize, PlannedTask, TaskReport)> = tokio::task::JoinSet::new();
+    // Which task each job runs, should a job end without its result.
+    let mut jobs_of: HashMap<tokio::task::Id, usize> = HashMap::new();
 
     loop {
         // Start what can start, and settle what never will.
@@ -105,7 +107,9 @@ async fn schedule(
                 let waiting_for_dep = deps[i].iter().any(|&d| !matches!(slots[d], Slot::Done(_)));
                 let report = if runner.cancel.is_cancelled() {
                     Some(TaskReport::skipped(t, "interrupted"))
-                } else if let Some(dep) = failed_dep {
+                } else if let Some(dep) = failed_dep
+                    && !(opts.locked && waiting_for_dep)
+                {
                     let passed = |name: &String| match index.get(name) {
                         // Outside this run: it was up to date.
                         None => true,
@@ -114,7 +118,7 @@ async fn schedule(
                     Some(dependency_failed(&runner, t, &tasks[dep], opts, &passed, &mut needs_agent, &mut outputs))
                 } else if let Some(why) = &stop {
                     Some(TaskReport::skipped(t, why.clone()))
-                } else if waiting_for_dep || running >= opts.jobs {
+                } else if waiting_for_dep || failed_dep.is_some() || running >= opts.jobs {
                     None
                 } else {
                     let mut t = t.clone();
@@ -131,7 +135,7 @@ async fn schedule(
                             slots[i] = Slot::Running;
                             running += 1;
                             let runner = runner.clone();
-                            joins.spawn_blocking(move || {
+                            let handle = joins.spawn_blocking(move || {
                                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&runner, &t)));
                                 let r = ran.unwrap_or_else(|_| TaskReport {
                                     state: TaskState::Failed,
@@ -140,6 +144,7 @@ async fn schedule(
                                 });
                                 (i, t, r)
                             });
+                            jobs_of.insert(handle.id(), i);
                             None
                         }
                     }
@@ -159,8 +164,30 @@ async fn schedule(
             break;
         }
         // Wait for a task to end, looking at Ctrl-C now and then.
-        let next = tokio::time::timeout(Duration::from_millis(50), joins.join_next()).await;
-        let Ok(Some(Ok((i, t, r)))) = next else { continue };
+        let next = tokio::time::timeout(Duration::from_millis(50), joins.join_next_with_id()).await;
+        let (i, t, r) = match next {
+            Err(_) => continue,
+            Ok(Some(Ok((id, done)))) => {
+                jobs_of.remove(&id);
+                done
+            }
+            Ok(Some(Err(e))) => {
+                let Some(i) = jobs_of.remove(&e.id()) else { continue };
+                let t = tasks[i].clone();
+                let r = TaskReport {
+                    state: TaskState::Failed,
+                    reason: Some(format!("internal error: {e}")),
+                    ..TaskReport::new(&t)
+                };
+                (i, t, r)
+            }
+            Ok(None) => {
+                // No job left although some counted as running: cannot
+                // happen; end rather than spin.
+                debug_assert!(false, "{running} jobs counted but none left");
+                break;
+            }
+        };
         running -= 1;
         let r = settle(&runner, &t, r, &mut lock, &mut outputs, &mut touched, &mut stop, opts);
         finished(&r);
@@ -172,15 +199,25 @@ async fn schedule(
     let mut ordered: Vec<Option<TaskReport>> = reports.into_iter().map(Some).collect();
     let reports = slots
         .iter()
-        .map(|s| match s {
-            Slot::Done(r) => ordered[*r].take().expect("one report per task"),
-            _ => unreachable!("every task is settled before the loop ends"),
+        .enumerate()
+        .map(|(i, s)| match s {
+            Slot::Done(r) => ordered[*r].take().unwrap_or_else(|| TaskReport::new(&tasks[i])),
+            // Every task is settled before the loop ends; should one not be,
+            // it is reported, not lost.
+            _ => TaskReport::skipped(&tasks[i], "not run (internal error)"),
         })
         .collect();
     Outcome { reports, outputs, lock, needs_agent, touched }
 }
 
 type Job = Box<dyn FnOnce(&Runner, &PlannedTask) -> TaskReport + Send>;
+
+/// Hashes `t` again on the tree as it is, never halfway through another
+/// task's integration.
+fn rehash(runner: &Runner, t: &mut PlannedTask, outputs: &HashMap<String, String>) -> Result<(), String> {
+    let _no_integration = runner.integration.read().unwrap_or_else(|e| e.into_inner());
+    runner.plan.rehash(t, outputs)
+}
 
 enum Start {
     /// Settled on the spot: no job to run.
@@ -201,7 +238,7 @@ fn start(
     slots: &[Slot],
     index: &HashMap<String, usize>,
 ) -> Start {
-    if touched && let Err(e) = runner.plan.rehash(t, outputs) {
+    if touched && let Err(e) = rehash(runner, t, outputs) {
         return Start::Done(Box::new(TaskReport { state: TaskState::Failed, reason: Some(e), ..TaskReport::new(t) }));
     }
     if opts.no_cache {
@@ -239,9 +276,20 @@ fn start(
                 .summary_dependencies(t)
                 .iter()
                 .filter_map(|d| {
-                    let i = *index.get(&d.task.name)?;
-                    let Slot::Done(r) = slots[i] else { return None };
-                    reports[r].summary.clone().map(|s| (d.task.name.clone(), s))
+                    let summary = match index.get(&d.task.name) {
+                        Some(&i) => match slots[i] {
+                            Slot::Done(r) => reports[r].summary.clone(),
+                            _ => None,
+                        },
+                        // Outside this run (another shard): up to date, its
+                        // findings are in the store.
+                        None => lock
+                            .tasks
+                            .get(&d.task.name)
+                            .and_then(|l| runner.plan.store.get_entry(&l.before))
+                            .and_then(|e| e.summary),
+                    };
+                    summary.map(|s| (d.task.name.clone(), s))
                 })
                 .collect();
             // A task that had to be split last time starts split.
@@ -308,7 +356,7 @@ fn settle(
             // drop them and churn the lock's date. Only the after-state may
             // move.
             let mut after = t.clone();
-            let rehashed = runner.plan.rehash(&mut after, outputs).is_ok();
+            let rehashed = rehash(runner, &mut after, outputs).is_ok();
             let moved = match lock.tasks.get_mut(&t.task.name) {
                 Some(entry) if rehashed && entry.after != after.hash => {
                     crate::cache::update_after(&runner.plan.store, entry, &after);
@@ -323,7 +371,7 @@ fn settle(
         }
         TaskState::Passed => {
             let mut after = t.clone();
-            let recorded = runner.plan.rehash(&mut after, outputs).map_err(std::io::Error::other).and_then(|()| {
+            let recorded = rehash(runner, &mut after, outputs).map_err(std::io::Error::other).and_then(|()| {
                 let version = runner.plan.hashing.versions.get(&r.agent).cloned().flatten();
                 crate::cache::record(&runner.plan.store, lock, root, t, &after, &r, version)
             });
@@ -331,6 +379,12 @@ fn settle(
                 Ok(patch) => Some(patch),
                 Err(e) => {
                     eprintln!("warning: could not record `{}` in the cache: {e}", t.task.name);
+                    // An older record of the task no longer describes it.
+                    if lock.tasks.remove(&t.task.name).is_some()
+                        && let Err(e) = lock.save(root)
+                    {
+                        eprintln!("warning: could not write cassist.lock: {e}");
+                    }
                     None
                 }
             }

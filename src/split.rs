@@ -177,33 +177,23 @@ pub fn from_recorded(recorded: &[Part], files: &[String], kind: Kind) -> Option<
         return None;
     }
     let round_of = |pred: &dyn Fn(&Part) -> bool| recorded.iter().filter(|p| pred(p)).map(|p| p.round).max();
-    let whole_pieces = recorded.iter().any(|p| p.file.is_none() && p.piece.is_some());
     let first = Part::whole().children(files, kind);
     let mut out = Vec::new();
     for mut part in first {
-        match (&part.file, part.piece) {
-            (Some(f), None) if kind == Kind::Code => {
-                let mine = |p: &Part| p.file.as_deref() == Some(f.as_str());
-                if recorded.iter().any(|p| mine(p) && p.piece.is_some()) {
-                    let round = round_of(&|p: &Part| mine(p)).unwrap_or(2).max(2);
-                    let pieces =
-                        Piece::ALL.iter().map(|&pc| Part { file: Some(f.clone()), piece: Some(pc), round }).collect();
-                    out.push((part, pieces));
-                    continue;
-                }
-                part.round = round_of(&|p: &Part| mine(p)).unwrap_or(1).max(1);
-            }
-            (None, Some(_)) if whole_pieces => {
-                part.round = round_of(&|p: &Part| p.piece == part.piece).unwrap_or(1).max(1);
-            }
-            (Some(f), Some(_)) => {
-                let f = f.clone();
-                part.round = round_of(&|p: &Part| p.file.as_deref() == Some(f.as_str()) && p.piece == part.piece)
-                    .unwrap_or(1)
-                    .max(1);
-            }
-            _ => {}
+        if kind == Kind::Code
+            && part.piece.is_none()
+            && let Some(f) = part.file.clone()
+            && recorded.iter().any(|p| p.file.as_deref() == Some(f.as_str()) && p.piece.is_some())
+        {
+            // This file needed header / impl / test: it starts that way.
+            let round = round_of(&|p: &Part| p.file.as_deref() == Some(f.as_str())).unwrap_or(2).max(2);
+            let pieces = Piece::ALL.iter().map(|&pc| Part { file: Some(f.clone()), piece: Some(pc), round }).collect();
+            out.push((part, pieces));
+            continue;
         }
+        // Otherwise the part keeps the longest timeout the same part needed.
+        let same = |p: &Part| p.file == part.file && p.piece == part.piece;
+        part.round = round_of(&same).unwrap_or(1).max(1);
         out.push((part, Vec::new()));
     }
     Some(out)
@@ -341,6 +331,8 @@ pub struct Tree {
     pub nodes: Vec<Node>,
     /// The parts to run, in order (indices into `nodes`).
     pub queue: Vec<usize>,
+    /// The part running now, until it passes.
+    pub current: Option<usize>,
     roots: Vec<usize>,
 }
 
@@ -515,6 +507,13 @@ mod tests {
         assert!(first[1].1.iter().all(|p| p.round == 3));
         assert_eq!(first[2].0.round, 1);
         assert!(from_recorded(&[], &files(&["a.py"]), Kind::Code).is_none());
+        // Read-only kinds keep the timeout their parts needed.
+        let explore = [Part { file: Some("a.py".into()), piece: None, round: 3 }];
+        let first = from_recorded(&explore, &files(&["a.py", "b.py"]), Kind::Explore).unwrap();
+        assert_eq!(first.iter().map(|(p, _)| p.round).collect::<Vec<_>>(), [3, 1]);
+        let whole = [Part { round: 2, ..Part::whole() }];
+        let first = from_recorded(&whole, &files(&["a.py"]), Kind::Review).unwrap();
+        assert_eq!(first, [(Part { round: 2, ..Part::whole() }, vec![])]);
     }
 
     #[test]

@@ -136,8 +136,8 @@ pub struct Workspace {
     base: PathBuf,
     upper: PathBuf,
     work: PathBuf,
-    manifest: Option<std::thread::JoinHandle<Manifest>>,
-    manifest_done: Option<Manifest>,
+    /// The project's files as they were when the workspace was made.
+    manifest: Manifest,
     /// Copy mode: blake3 of each copied file.
     copied: HashMap<String, [u8; 32]>,
     /// Paths cassist itself placed (instructions files): never part of the
@@ -156,14 +156,12 @@ impl Workspace {
         // Whose it is: a workspace left by a cassist that was killed is
         // removed by the next run (`remove_stale`).
         std::fs::write(base.join(OWNER), std::process::id().to_string())?;
-        let root_owned = root.to_path_buf();
-        // Overlay: the manifest is read while the task starts. Copy: before
-        // copying, so that an edit made during the copy is a conflict later
-        // rather than the starting state.
-        let (manifest, manifest_done) = match mode {
-            Mode::Overlay => (Some(std::thread::spawn(move || manifest_of(&root_owned))), None),
-            Mode::Copy => (None, Some(manifest_of(&root_owned))),
-        };
+        // The starting state of every file, read before anything runs in
+        // the workspace (and, copy mode, before copying), so that any later
+        // edit of the project, by the user or by another task's
+        // integration, is a conflict at integration rather than taken as
+        // the starting state.
+        let manifest = manifest_of(root);
         let mut ws = Workspace {
             exe: exe.to_path_buf(),
             mode,
@@ -173,7 +171,6 @@ impl Workspace {
             work: base.join("work"),
             base,
             manifest,
-            manifest_done,
             copied: HashMap::new(),
             placed: Vec::new(),
             keep: false,
@@ -247,14 +244,6 @@ impl Workspace {
         std::fs::write(target, bytes)?;
         self.placed.push(rel.to_owned());
         Ok(())
-    }
-
-    fn manifest(&mut self) -> &Manifest {
-        if self.manifest_done.is_none() {
-            let m = self.manifest.take().and_then(|h| h.join().ok()).unwrap_or_default();
-            self.manifest_done = Some(m);
-        }
-        self.manifest_done.get_or_insert_with(HashMap::new)
     }
 
     /// What changed in the workspace: new, modified, deleted and renamed
@@ -419,17 +408,12 @@ impl Workspace {
 
     /// Integrates `changes` into the user's tree; see [`integrate`].
     pub fn integrate(&mut self, changes: &ChangeSet) -> Result<Integrated, IntegrateError> {
-        let root = self.root.clone();
-        let manifest = self.manifest().clone();
-        integrate(&root, changes, &manifest)
+        integrate(&self.root, changes, &self.manifest)
     }
 }
 
 impl Drop for Workspace {
     fn drop(&mut self) {
-        if let Some(h) = self.manifest.take() {
-            let _ = h.join();
-        }
         if !self.keep {
             remove_tree(&self.base);
         }

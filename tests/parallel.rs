@@ -470,4 +470,37 @@ fn junit_report_parses_and_matches_the_json_report() {
     let annotation = format!("::error file=tasks/t.kdl,line={line},title=cassist%3A task b-fails blocked::");
     assert!(done.stdout.lines().any(|l| l.starts_with(&annotation)), "no {annotation} in:\n{}", done.stdout);
     assert_eq!(done.stdout.lines().filter(|l| l.starts_with("::error")).count(), 1);
+
+    // A project below the checkout: the path is the checkout's.
+    let checkout = b.fx.path().parent().unwrap().to_str().unwrap().to_owned();
+    let done = b.run(
+        &["--keep-going"],
+        &[("TIMED_FAIL", "b-fails"), ("GITHUB_ACTIONS", "true"), ("GITHUB_WORKSPACE", &checkout)],
+    );
+    let project = b.fx.path().file_name().unwrap().to_str().unwrap();
+    let annotation = format!("::error file={project}/tasks/t.kdl,line={line},");
+    assert!(done.stdout.lines().any(|l| l.starts_with(&annotation)), "no {annotation} in:\n{}", done.stdout);
+}
+
+#[test]
+fn a_reader_that_goes_away_does_not_end_the_run() {
+    use std::io::BufRead;
+    let tasks = [T("a", &[]), T("b-fails", &[]), T("c", &[]), T("d", &[])];
+    let b = Batch::new(&tasks);
+    let log = b.log();
+    let env = [("TIMED_LOG", log.as_str()), ("TIMED_SLEEP", "0.3"), ("TIMED_FAIL", "b-fails")];
+    let mut child =
+        b.fx.command(&["-j", "1", "--keep-going"], &env).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    // `cassist run | head -1`: one line, then the pipe is closed.
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.starts_with("a passed"), "{first}");
+    let status = wait_with_limit(&mut child, Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "the run's own exit code, not a quiet 0");
+    assert_eq!(b.started(), ["a", "b-fails", "c", "d"]);
+    for t in ["a", "c", "d"] {
+        assert!(b.fx.path().join(format!("out/{t}.txt")).exists(), "{t} was not integrated");
+    }
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(b.fx.report_path()).unwrap()).unwrap();
+    assert_eq!(report["passed"], 3);
 }

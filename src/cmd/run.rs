@@ -93,6 +93,9 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
         None => (selected, HashMap::new()),
     };
 
+    // A reader that goes away (`cassist run | head`) must not end the run
+    // halfway through an integration.
+    crate::report::outlive_stdout();
     let cancel = Cancel::default();
     let interrupts = install_ctrl_c(cancel.clone());
 
@@ -195,7 +198,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
         }
     }
     if crate::report::github::active() {
-        for line in crate::report::github::annotations(&reports) {
+        for line in crate::report::github::annotations(&reports, &plan.project.root) {
             crate::outln!("{line}");
         }
     }

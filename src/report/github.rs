@@ -9,8 +9,21 @@ pub fn active() -> bool {
     std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true")
 }
 
-/// One `::error` line per failed or blocked task.
-pub fn annotations(reports: &[TaskReport]) -> Vec<String> {
+/// A task file's path as GitHub wants it: relative to the checkout
+/// (`GITHUB_WORKSPACE`), which the project root may be below.
+fn repo_path(root: &std::path::Path, file: &str) -> String {
+    let abs = root.join(file);
+    std::env::var_os("GITHUB_WORKSPACE")
+        .map(std::path::PathBuf::from)
+        .and_then(|ws| {
+            let ws = ws.canonicalize().unwrap_or(ws);
+            abs.strip_prefix(&ws).ok().map(|p| p.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| file.to_owned())
+}
+
+/// One `::error` line per failed or blocked task; `root` is the project's.
+pub fn annotations(reports: &[TaskReport], root: &std::path::Path) -> Vec<String> {
     reports
         .iter()
         .filter(|r| matches!(r.state, TaskState::Failed | TaskState::Blocked))
@@ -20,7 +33,13 @@ pub fn annotations(reports: &[TaskReport]) -> Vec<String> {
             if let Some(t) = &r.transcript {
                 message.push_str(&format!("\ntranscript: {}", t.display()));
             }
-            format!("::error file={},line={},title={}::{}", property(&r.file), r.line, property(&title), data(&message))
+            format!(
+                "::error file={},line={},title={}::{}",
+                property(&repo_path(root, &r.file)),
+                r.line,
+                property(&title),
+                data(&message)
+            )
         })
         .collect()
 }
