@@ -265,20 +265,25 @@ fn fingerprint(changes: &ChangeSet) -> std::collections::BTreeMap<String, blake3
         .collect()
 }
 
-fn acceptance_reason(f: &AcceptanceResult) -> String {
-    format!(
-        "acceptance command `{}` failed ({})",
+/// A failed acceptance command in iteration `iteration`: the feedback for
+/// the next, or, after the last, the task fails with the reason.
+fn acceptance_failed(f: &AcceptanceResult, iteration: u32, max: u32, report: &mut TaskReport) -> Result<String, ()> {
+    if iteration < max {
+        return Ok(accept::feedback(f, FEEDBACK_LIMIT));
+    }
+    let why = match (f.timed_out, f.exit_code) {
+        (true, _) => "timed out".to_owned(),
+        (false, Some(c)) => format!("exit code {c}"),
+        (false, None) => "killed".to_owned(),
+    };
+    report.state = TaskState::Failed;
+    report.reason = Some(format!(
+        "acceptance command `{}` failed ({why}) after {iteration} iteration{}",
         f.command,
-        match (f.timed_out, f.exit_code) {
-            (true, _) => "timed out".to_owned(),
-            (false, Some(c)) => format!("exit code {c}"),
-            (false, None) => "killed".to_owned(),
-        }
-    )
-}
-
-fn plural(n: u32) -> &'static str {
-    if n == 1 { "" } else { "s" }
+        if iteration == 1 { "" } else { "s" }
+    ));
+    report.tail = f.tail.clone();
+    Err(())
 }
 
 impl Runner {
@@ -617,15 +622,8 @@ impl Runner {
                 match self.acceptance(t, ws, record, report.attempts, read_only, &base_env, report)? {
                     None => break changes,
                     Some(f) => {
-                        let reason = acceptance_reason(&f);
-                        if iteration >= t.max_iterations {
-                            report.state = TaskState::Failed;
-                            report.reason = Some(format!("{reason} after {iteration} iteration{}", plural(iteration)));
-                            report.tail = f.tail.clone();
-                            return Err(());
-                        }
                         // Every part again, each told what failed.
-                        feedback = Some(accept::feedback(&f, FEEDBACK_LIMIT));
+                        feedback = Some(acceptance_failed(&f, iteration, t.max_iterations, report)?);
                         part_feedback = None;
                         pos = 0;
                         iteration += 1;
@@ -692,14 +690,7 @@ impl Runner {
 
             // Acceptance, then the project tests.
             if let Some(f) = self.acceptance(t, ws, record, attempt, read_only, &base_env, report)? {
-                let reason = acceptance_reason(&f);
-                if iteration >= t.max_iterations {
-                    report.state = TaskState::Failed;
-                    report.reason = Some(format!("{reason} after {iteration} iteration{}", plural(iteration)));
-                    report.tail = f.tail.clone();
-                    return Err(());
-                }
-                feedback = Some(accept::feedback(&f, FEEDBACK_LIMIT));
+                feedback = Some(acceptance_failed(&f, iteration, t.max_iterations, report)?);
                 iteration += 1;
                 continue;
             }

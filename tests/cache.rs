@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use common::fx::wait_with_limit;
 use common::git;
 use serde_json::Value;
 
@@ -391,22 +392,6 @@ fn all(state: &str) -> BTreeMap<String, String> {
 
 fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
-}
-
-/// Waits for `child` at most `limit`, killing it past that.
-fn wait_with_limit(child: &mut Child, limit: Duration) -> ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("cassist did not end within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The first run: every task passes, one agent call each; the outputs are

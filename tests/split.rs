@@ -12,7 +12,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::fx::{Done, Fx, agent};
+use common::fx::{Done, Fx, agent, section};
 use common::{assert_same_tree, git};
 use serde_json::Value;
 
@@ -115,14 +115,6 @@ fn subtasks(t: &Value) -> Vec<(usize, String, String, u64)> {
 
 fn row(depth: usize, name: &str, state: &str, timeout_ms: u64) -> (usize, String, String, u64) {
     (depth, name.to_owned(), state.to_owned(), timeout_ms)
-}
-
-/// The text of one `# Section` of a prompt, up to the next heading.
-fn section<'a>(prompt: &'a str, heading: &str) -> &'a str {
-    let start = prompt.find(&format!("# {heading}\n")).unwrap_or_else(|| panic!("no # {heading} in:\n{prompt}"));
-    let body = &prompt[start + heading.len() + 3..];
-    let end = body.find("\n# ").map_or(body.len(), |e| e + 1);
-    &body[..end]
 }
 
 /// Task `two` over `a.py` and `b.py` (and a shared spec), with the
