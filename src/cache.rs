@@ -8,7 +8,7 @@ use std::path::Path;
 use crate::changes::{ChangeKind, ChangeSet};
 use crate::lock::{Lock, LockEntry};
 use crate::plan::{Plan, PlannedTask, State};
-use crate::runner::TaskReport;
+use crate::runner::TaskResult;
 use crate::store::{ENTRY_FORMAT, Entry, Store, StoredChange};
 
 /// Stores a change set's contents; returns the stored changes and the
@@ -33,13 +33,14 @@ pub fn record(
     root: &Path,
     before: &PlannedTask,
     after: &PlannedTask,
-    report: &TaskReport,
+    result: &TaskResult,
     agent_version: Option<String>,
 ) -> std::io::Result<String> {
     let empty = ChangeSet::default();
-    let (changes, patch) = store_changes(store, report.changes.as_ref().unwrap_or(&empty))?;
+    let (changes, patch) = store_changes(store, result.changes.as_ref().unwrap_or(&empty))?;
+    let report = &result.end.report;
     let mut records = BTreeMap::new();
-    if let Some(dir) = &report.record_dir
+    if let Some(dir) = &result.record_dir
         && let Ok(rd) = std::fs::read_dir(dir)
     {
         for e in rd.flatten() {
@@ -66,7 +67,7 @@ pub fn record(
         duration_ms: report.duration_ms,
         attempts: report.attempts,
         records,
-        split: report.split.clone(),
+        split: result.split.clone(),
     };
     store.put_entry(&entry)?;
     lock.tasks.insert(

@@ -36,6 +36,7 @@ pub mod cache;
 pub mod changes;
 pub mod cli;
 pub mod cmd;
+pub mod event;
 pub mod exit;
 pub mod lock;
 pub mod plan;
@@ -50,6 +51,7 @@ pub mod scheduler;
 pub mod spec;
 pub mod split;
 pub mod store;
+pub mod text;
 pub mod workspace;
 
 use clap::Parser;

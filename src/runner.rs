@@ -3,23 +3,23 @@
 //! integrate → build → record.
 //!
 //! The runner holds no global state: everything it needs comes in a
-//! [`Runner`], everything it did goes out as a [`TaskReport`] and events.
+//! [`Runner`], everything it did goes out as a [`TaskResult`] and events.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
 use crate::accept::{self, AcceptanceResult};
 use crate::agent::adapter::{AdapterInput, ErrorKind, READ_ONLY_TURN_CAP, read_tail};
 use crate::agent::invoke::{self, Invocation, Placeholders};
 use crate::changes::{ChangeSet, unified_diff};
+use crate::event::{AcceptanceReport, Event, Events, PartState, TaskEnd, TaskState};
 use crate::plan::{Plan, PlannedTask};
 use crate::process::{self, Cancel, Outcome, Redactor};
 use crate::review::{self, Review, ReviewInput};
 use crate::spec::Kind;
-use crate::split::{self, Part, SubtaskReport};
+use crate::split::{self, Part};
+use crate::text::{tail_lines, truncate_chars};
 use crate::workspace::{IntegrateError, Mode, Workspace};
 
 /// Summaries of explore/review tasks are cut to this length (SPEC 1).
@@ -27,147 +27,27 @@ pub const SUMMARY_LIMIT: usize = 1000;
 /// Feedback to the agent is cut to about this many bytes (SPEC 3.7).
 pub const FEEDBACK_LIMIT: usize = 4096;
 
-/// How a task ended (SPEC 5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TaskState {
-    Passed,
-    UpToDate,
-    Replayed,
-    Failed,
-    Blocked,
-    Skipped,
-}
-
-impl TaskState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskState::Passed => "passed",
-            TaskState::UpToDate => "up-to-date",
-            TaskState::Replayed => "replayed",
-            TaskState::Failed => "failed",
-            TaskState::Blocked => "blocked",
-            TaskState::Skipped => "skipped",
-        }
-    }
-
-    pub fn is_success(self) -> bool {
-        matches!(self, TaskState::Passed | TaskState::UpToDate | TaskState::Replayed)
-    }
-}
-
-/// One acceptance command in the report.
-#[derive(Debug, Clone, Serialize)]
-pub struct AcceptanceJson {
-    pub command: String,
-    pub exit_code: Option<i32>,
-    pub passed: bool,
-}
-
-/// What happened to one task: the `--report-json` entry of SPEC 5, plus
-/// what the terminal summary needs.
-#[derive(Debug, Clone, Serialize)]
-pub struct TaskReport {
-    pub name: String,
-    pub state: TaskState,
-    pub hash: String,
-    pub agent: String,
-    pub attempts: u32,
-    pub duration_ms: u64,
-    pub changed_files: Vec<String>,
-    pub acceptance: Vec<AcceptanceJson>,
-    /// The parts of a task that was split (SPEC 3.8), as a tree.
-    pub subtasks: Vec<SubtaskReport>,
-    pub reason: Option<String>,
-    pub summary: Option<String>,
-    pub cost_usd: Option<f64>,
-    /// The tail of the failing output.
-    #[serde(skip)]
-    pub tail: String,
-    /// Where the transcript of the last agent run is.
-    #[serde(skip)]
-    pub transcript: Option<PathBuf>,
+/// What the runner hands back for one task: how it ended, and what the
+/// scheduler records of it.
+#[derive(Debug)]
+pub struct TaskResult {
+    pub end: TaskEnd,
     /// Where everything of this task was recorded.
-    #[serde(skip)]
     pub record_dir: Option<PathBuf>,
-    /// A workspace kept for inspection.
-    #[serde(skip)]
-    pub kept_workspace: Option<PathBuf>,
-    /// Interrupted by Ctrl-C.
-    #[serde(skip)]
-    pub interrupted: bool,
     /// The change that was integrated.
-    #[serde(skip)]
     pub changes: Option<ChangeSet>,
     /// The parts a split task passed with, in order (recorded, so that it
     /// starts split next time).
-    #[serde(skip)]
     pub split: Vec<Part>,
     /// Keep the workspace for inspection whatever `--keep-workspace` says.
-    #[serde(skip)]
-    pub keep_workspace: bool,
-    /// The task file and the line of the task's node (for CI annotations).
-    #[serde(skip)]
-    pub file: String,
-    #[serde(skip)]
-    pub line: usize,
+    keep_workspace: bool,
 }
 
-impl TaskReport {
-    pub fn new(t: &PlannedTask) -> TaskReport {
-        TaskReport {
-            name: t.task.name.clone(),
-            state: TaskState::Skipped,
-            hash: t.hash.clone(),
-            agent: t.agent.clone(),
-            attempts: 0,
-            duration_ms: 0,
-            changed_files: Vec::new(),
-            acceptance: Vec::new(),
-            subtasks: Vec::new(),
-            reason: None,
-            summary: None,
-            cost_usd: None,
-            tail: String::new(),
-            transcript: None,
-            record_dir: None,
-            kept_workspace: None,
-            interrupted: false,
-            changes: None,
-            split: Vec::new(),
-            keep_workspace: false,
-            file: t.task.source.name.clone(),
-            line: t.task.source.line_col(t.task.node_span.offset()).0,
-        }
-    }
-
-    pub fn skipped(t: &PlannedTask, reason: impl Into<String>) -> TaskReport {
-        TaskReport { reason: Some(reason.into()), ..TaskReport::new(t) }
+impl TaskResult {
+    pub fn new(end: TaskEnd) -> TaskResult {
+        TaskResult { end, record_dir: None, changes: None, split: Vec::new(), keep_workspace: false }
     }
 }
-
-/// Progress of a task, for the reporter.
-#[derive(Debug, Clone)]
-pub enum Event<'a> {
-    Phase {
-        task: &'a str,
-        phase: &'static str,
-        attempt: u32,
-        detail: String,
-    },
-    Note {
-        task: &'a str,
-        message: String,
-    },
-    /// An agent run reported what it cost.
-    Cost {
-        task: &'a str,
-        usd: f64,
-    },
-}
-
-/// Where the runner's events go (the reporter, through a channel).
-pub type Events = std::sync::Arc<dyn Fn(Event<'_>) + Send + Sync>;
 
 /// Everything one task run needs; shared by the tasks running at once.
 pub struct Runner {
@@ -267,7 +147,7 @@ fn fingerprint(changes: &ChangeSet) -> std::collections::BTreeMap<String, blake3
 
 /// A failed acceptance command in iteration `iteration`: the feedback for
 /// the next, or, after the last, the task fails with the reason.
-fn acceptance_failed(f: &AcceptanceResult, iteration: u32, max: u32, report: &mut TaskReport) -> Result<String, ()> {
+fn acceptance_failed(f: &AcceptanceResult, iteration: u32, max: u32, report: &mut TaskResult) -> Result<String, ()> {
     if iteration < max {
         return Ok(accept::feedback(f, FEEDBACK_LIMIT));
     }
@@ -276,13 +156,13 @@ fn acceptance_failed(f: &AcceptanceResult, iteration: u32, max: u32, report: &mu
         (false, Some(c)) => format!("exit code {c}"),
         (false, None) => "killed".to_owned(),
     };
-    report.state = TaskState::Failed;
-    report.reason = Some(format!(
+    report.end.report.state = TaskState::Failed;
+    report.end.report.reason = Some(format!(
         "acceptance command `{}` failed ({why}) after {iteration} iteration{}",
         f.command,
         if iteration == 1 { "" } else { "s" }
     ));
-    report.tail = f.tail.clone();
+    report.end.tail = f.tail.clone();
     Err(())
 }
 
@@ -308,8 +188,10 @@ impl Runner {
     /// Runs one task. `summaries` are the findings of its explore/review
     /// dependencies; `recorded_split` the parts it was last split into, if
     /// it was (it then starts split).
-    pub fn run_task(&self, t: &PlannedTask, summaries: &[(String, String)], recorded_split: &[Part]) -> TaskReport {
-        self.recorded(t, TaskReport::new(t), |record, report| self.run_in(t, summaries, recorded_split, record, report))
+    pub fn run_task(&self, t: &PlannedTask, summaries: &[(String, String)], recorded_split: &[Part]) -> TaskResult {
+        self.recorded(t, TaskResult::new(t.end()), |record, report| {
+            self.run_in(t, summaries, recorded_split, record, report)
+        })
     }
 
     /// Runs `body` with the task's record folder, timed; the report goes
@@ -317,23 +199,23 @@ impl Runner {
     fn recorded(
         &self,
         t: &PlannedTask,
-        mut report: TaskReport,
-        body: impl FnOnce(&Path, &mut TaskReport),
-    ) -> TaskReport {
+        mut report: TaskResult,
+        body: impl FnOnce(&Path, &mut TaskResult),
+    ) -> TaskResult {
         let start = Instant::now();
         let record = self.run_dir.join(&t.task.name);
         if let Err(e) = std::fs::create_dir_all(&record) {
-            report.state = TaskState::Failed;
-            report.reason = Some(format!("cannot create {}: {e}", record.display()));
+            report.end.report.state = TaskState::Failed;
+            report.end.report.reason = Some(format!("cannot create {}: {e}", record.display()));
             return report;
         }
         report.record_dir = Some(record.clone());
         body(&record, &mut report);
-        report.duration_ms = start.elapsed().as_millis() as u64;
-        if let Some(s) = &report.summary {
-            report.summary = Some(truncate_chars(s, SUMMARY_LIMIT));
+        report.end.report.duration_ms = start.elapsed().as_millis() as u64;
+        if let Some(s) = &report.end.report.summary {
+            report.end.report.summary = Some(truncate_chars(s, SUMMARY_LIMIT));
         }
-        if let Ok(json) = serde_json::to_vec_pretty(&report) {
+        if let Ok(json) = serde_json::to_vec_pretty(&report.end.report) {
             let _ = crate::store::write_atomic(&record.join("report.json"), &json);
         }
         report
@@ -345,7 +227,7 @@ impl Runner {
         summaries: &[(String, String)],
         recorded_split: &[Part],
         record: &Path,
-        report: &mut TaskReport,
+        report: &mut TaskResult,
     ) {
         let project = &self.plan.project;
         let name = t.task.name.as_str();
@@ -361,8 +243,8 @@ impl Runner {
             }
         }
         if candidates.is_empty() {
-            report.state = TaskState::Failed;
-            report.reason = Some(format!(
+            report.end.report.state = TaskState::Failed;
+            report.end.report.reason = Some(format!(
                 "sub-agent unavailable: {}; install it, or choose another agent with `agent` in the task, --agent or CASSIST_AGENT (`cassist agents` lists them)",
                 missing.join("; ")
             ));
@@ -378,8 +260,8 @@ impl Runner {
         let mut ws = match created {
             Ok(ws) => ws,
             Err(e) => {
-                report.state = TaskState::Failed;
-                report.reason = Some(format!("cannot create the workspace: {e}"));
+                report.end.report.state = TaskState::Failed;
+                report.end.report.reason = Some(format!("cannot create the workspace: {e}"));
                 return;
             }
         };
@@ -389,25 +271,25 @@ impl Runner {
             // A part that ended the task (a reported failure, Ctrl-C,
             // --max-cost, an agent error) says so.
             if let Some(i) = tree.current.take()
-                && !report.state.is_success()
+                && !report.end.report.state.is_success()
             {
                 let node = &mut tree.nodes[i].report;
-                if !matches!(node.state, split::PartState::Blocked | split::PartState::Split) {
-                    node.state = if report.state == TaskState::Blocked {
-                        split::PartState::Blocked
+                if !matches!(node.state, PartState::Blocked | PartState::Split) {
+                    node.state = if report.end.report.state == TaskState::Blocked {
+                        PartState::Blocked
                     } else {
-                        split::PartState::Failed
+                        PartState::Failed
                     };
-                    node.reason = report.reason.clone();
+                    node.reason = report.end.report.reason.clone();
                 }
             }
-            report.subtasks = tree.reports();
+            report.end.report.subtasks = tree.reports();
         }
-        if (outcome.is_err() || !report.state.is_success())
+        if (outcome.is_err() || !report.end.report.state.is_success())
             && (self.keep_workspace || report.keep_workspace)
-            && !report.interrupted
+            && !report.end.interrupted
         {
-            report.kept_workspace = Some(ws.keep());
+            report.end.kept_workspace = Some(ws.keep());
         }
     }
 
@@ -419,7 +301,7 @@ impl Runner {
         summaries: &[(String, String)],
         recorded_split: &[Part],
         record: &Path,
-        report: &mut TaskReport,
+        report: &mut TaskResult,
         ws: &mut Workspace,
         mut candidates: Vec<Agent>,
         tree: &mut Option<split::Tree>,
@@ -435,15 +317,15 @@ impl Runner {
             match r {
                 Ok(f) if f.success() => {}
                 Ok(f) => {
-                    report.state = TaskState::Failed;
-                    report.reason = Some(format!("setup command `{cmd}` failed: {}", f.describe()));
-                    report.tail = f.tail;
-                    report.interrupted = f.outcome == Outcome::Cancelled;
+                    report.end.report.state = TaskState::Failed;
+                    report.end.report.reason = Some(format!("setup command `{cmd}` failed: {}", f.describe()));
+                    report.end.tail = f.tail;
+                    report.end.interrupted = f.outcome == Outcome::Cancelled;
                     return Err(());
                 }
                 Err(e) => {
-                    report.state = TaskState::Failed;
-                    report.reason = Some(format!("setup command `{cmd}` could not run: {e}"));
+                    report.end.report.state = TaskState::Failed;
+                    report.end.report.reason = Some(format!("setup command `{cmd}` could not run: {e}"));
                     return Err(());
                 }
             }
@@ -485,12 +367,12 @@ impl Runner {
         let mut iteration: u32 = 1;
         let last_changes: ChangeSet = loop {
             if self.cancel.is_cancelled() {
-                report.state = TaskState::Failed;
-                report.reason = Some("interrupted".into());
-                report.interrupted = true;
+                report.end.report.state = TaskState::Failed;
+                report.end.report.reason = Some("interrupted".into());
+                report.end.interrupted = true;
                 return Err(());
             }
-            let attempt = report.attempts + 1;
+            let attempt = report.end.report.attempts + 1;
 
             // ---- split: the parts, one after another, then acceptance.
             if let Some(tree) = tree.as_mut() {
@@ -520,19 +402,19 @@ impl Runner {
                             if let Some(c) = o.cost_usd {
                                 node.cost_usd = Some(node.cost_usd.unwrap_or(0.0) + c);
                             }
-                            node.state = split::PartState::Split;
+                            node.state = PartState::Split;
                             node.reason = Some(format!("agent {} after {}", o.what, split::seconds(o.elapsed)));
                             if part.round >= split::MAX_ROUNDS {
-                                node.state = split::PartState::Blocked;
-                                report.state = TaskState::Blocked;
-                                report.reason = Some(format!(
+                                node.state = PartState::Blocked;
+                                report.end.report.state = TaskState::Blocked;
+                                report.end.report.reason = Some(format!(
                                     "split {} times; agent still {} on {} after {}",
                                     split::MAX_ROUNDS,
                                     o.what,
                                     part.describe(),
                                     split::seconds(o.elapsed)
                                 ));
-                                report.tail = o.tail;
+                                report.end.tail = o.tail;
                                 report.keep_workspace = true;
                                 return Err(());
                             }
@@ -584,19 +466,19 @@ impl Runner {
                         node.changed_files.sort();
                     }
                     if let Some((reason, fb)) = problem {
-                        node.state = split::PartState::Failed;
+                        node.state = PartState::Failed;
                         node.reason = Some(reason.clone());
                         if iteration >= t.max_iterations {
-                            report.state = TaskState::Failed;
-                            report.reason = Some(format!("{}: {reason}", part.name(name)));
-                            report.tail = ran.finished.tail;
+                            report.end.report.state = TaskState::Failed;
+                            report.end.report.reason = Some(format!("{}: {reason}", part.name(name)));
+                            report.end.tail = ran.finished.tail;
                             return Err(());
                         }
                         part_feedback = Some(fb);
                         iteration += 1;
                         continue;
                     }
-                    node.state = split::PartState::Passed;
+                    node.state = PartState::Passed;
                     node.reason = None;
                     tree.current = None;
                     part_feedback = None;
@@ -604,7 +486,7 @@ impl Runner {
                     continue;
                 }
                 // Every part is done: the whole task's acceptance.
-                report.summary = Some(
+                report.end.report.summary = Some(
                     tree.queue
                         .iter()
                         .filter_map(|&i| {
@@ -619,7 +501,7 @@ impl Runner {
                     Ok(c) => c,
                     Err(()) => return Err(()),
                 };
-                match self.acceptance(t, ws, record, report.attempts, read_only, &base_env, report)? {
+                match self.acceptance(t, ws, record, report.end.report.attempts, read_only, &base_env, report)? {
                     None => break changes,
                     Some(f) => {
                         // Every part again, each told what failed.
@@ -664,14 +546,14 @@ impl Runner {
                     }
                     Step::Ran(r) => r,
                 };
-            report.summary = ran.summary.clone();
+            report.end.report.summary = ran.summary.clone();
             let changes = match self.judge(t, ws, record, attempt, &ran, report)? {
                 Judged::Fine(changes) => changes,
                 Judged::Problem { reason, feedback: fb, .. } => {
                     if iteration >= t.max_iterations {
-                        report.state = TaskState::Failed;
-                        report.reason = Some(reason);
-                        report.tail = ran.finished.tail;
+                        report.end.report.state = TaskState::Failed;
+                        report.end.report.reason = Some(reason);
+                        report.end.tail = ran.finished.tail;
                         return Err(());
                     }
                     feedback = Some(fb);
@@ -702,7 +584,7 @@ impl Runner {
         }
         self.integrate_and_build(t, ws, &last_changes, record, &base_env, report)?;
         report.changes = Some(last_changes);
-        report.state = TaskState::Passed;
+        report.end.report.state = TaskState::Passed;
         Ok(())
     }
 
@@ -719,13 +601,13 @@ impl Runner {
         part: &Part,
         part_attempt: u32,
         timeout: Duration,
-        report: &mut TaskReport,
+        report: &mut TaskResult,
     ) -> Result<Step, ()> {
         let name = t.task.name.as_str();
-        let attempt = report.attempts + 1;
+        let attempt = report.end.report.attempts + 1;
         if self.budget_reached() {
-            report.state = TaskState::Failed;
-            report.reason = Some(format!(
+            report.end.report.state = TaskState::Failed;
+            report.end.report.reason = Some(format!(
                 "--max-cost reached: agents reported ${:.2} of ${:.2}; no further agent run was started",
                 self.spent_usd(),
                 self.max_cost.unwrap_or_default()
@@ -735,8 +617,8 @@ impl Runner {
         let io = match ws.io_dir() {
             Ok(d) => d,
             Err(e) => {
-                report.state = TaskState::Failed;
-                report.reason = Some(format!("cannot prepare the workspace: {e}"));
+                report.end.report.state = TaskState::Failed;
+                report.end.report.reason = Some(format!("cannot prepare the workspace: {e}"));
                 return Err(());
             }
         };
@@ -745,14 +627,14 @@ impl Runner {
         let transcript = record.join(format!("transcript-{attempt}.log"));
         let _ = std::fs::remove_file(&result_file);
         if let Err(e) = std::fs::write(&prompt_file, prompt) {
-            report.state = TaskState::Failed;
-            report.reason = Some(format!("cannot write the prompt: {e}"));
+            report.end.report.state = TaskState::Failed;
+            report.end.report.reason = Some(format!("cannot write the prompt: {e}"));
             return Err(());
         }
         let _ = std::fs::write(record.join(format!("prompt-{attempt}.md")), self.redactor.redact(prompt));
 
         let agent = &candidates[0];
-        report.agent = agent.inv.name.clone();
+        report.end.report.agent = agent.inv.name.clone();
         let subtask = part.name(name);
         let detail =
             if part.is_whole() { agent.inv.name.clone() } else { format!("{}, part {}", agent.inv.name, part.label()) };
@@ -831,8 +713,8 @@ impl Runner {
                 return self.next_candidate(name, candidates, &e.to_string(), report);
             }
             Err(e) => {
-                report.state = TaskState::Failed;
-                report.reason = Some(format!("cannot start agent `{}`: {e}", agent.inv.name));
+                report.end.report.state = TaskState::Failed;
+                report.end.report.reason = Some(format!("cannot start agent `{}`: {e}", agent.inv.name));
                 return Err(());
             }
         };
@@ -842,8 +724,8 @@ impl Runner {
             // It failed to start: the next agent of the chain, if any.
             return self.next_candidate(name, candidates, finished.tail.trim(), report);
         }
-        report.attempts += 1;
-        report.transcript = Some(transcript.clone());
+        report.end.report.attempts += 1;
+        report.end.transcript = Some(transcript.clone());
         let _ = std::fs::copy(&result_file, record.join(format!("result-{attempt}.json")));
 
         // What the CLI's machine-readable output says, and what the run
@@ -854,7 +736,7 @@ impl Runner {
         // CLI's own output, when it says, takes precedence.
         let reported_cost = parsed.as_ref().and_then(|p| p.cost_usd).or_else(|| result_cost(&result_file));
         if let Some(c) = reported_cost {
-            report.cost_usd = Some(report.cost_usd.unwrap_or(0.0) + c);
+            report.end.report.cost_usd = Some(report.end.report.cost_usd.unwrap_or(0.0) + c);
             cost_usd = Some(c);
             self.spent.fetch_add((c.max(0.0) * 1e6).round() as u64, std::sync::atomic::Ordering::SeqCst);
             self.event(Event::Cost { task: name, usd: c });
@@ -870,9 +752,9 @@ impl Runner {
         };
         match finished.outcome {
             Outcome::Cancelled => {
-                report.state = TaskState::Failed;
-                report.reason = Some("interrupted".into());
-                report.interrupted = true;
+                report.end.report.state = TaskState::Failed;
+                report.end.report.reason = Some("interrupted".into());
+                report.end.interrupted = true;
                 return Err(());
             }
             Outcome::TimedOut => return oversized("timed out"),
@@ -908,9 +790,9 @@ impl Runner {
                     | ErrorKind::Auth
                     | ErrorKind::BudgetExceeded
                     | ErrorKind::TurnCap => {
-                        report.state = TaskState::Failed;
-                        report.reason = Some(agent_error_reason(&agent_name, err.kind, &message));
-                        report.tail = finished.tail;
+                        report.end.report.state = TaskState::Failed;
+                        report.end.report.reason = Some(agent_error_reason(&agent_name, err.kind, &message));
+                        report.end.tail = finished.tail;
                         return Err(());
                     }
                     ErrorKind::PermissionDenied | ErrorKind::ToolFailed | ErrorKind::Other => {}
@@ -921,8 +803,8 @@ impl Runner {
         // The agent's own report.
         let agent_report = read_result_file(&result_file);
         if let Some(Err(reason)) = &agent_report {
-            report.state = TaskState::Blocked;
-            report.reason = Some(if part.is_whole() {
+            report.end.report.state = TaskState::Blocked;
+            report.end.report.reason = Some(if part.is_whole() {
                 format!("the agent reported that it cannot do the task: {reason}")
             } else {
                 format!("the agent reported that it cannot do {} of the task: {reason}", part.describe())
@@ -955,12 +837,12 @@ impl Runner {
         task: &str,
         candidates: &mut Vec<Agent>,
         why: &str,
-        report: &mut TaskReport,
+        report: &mut TaskResult,
     ) -> Result<Step, ()> {
         let gone = candidates.remove(0);
         if candidates.is_empty() {
-            report.state = TaskState::Failed;
-            report.reason = Some(format!(
+            report.end.report.state = TaskState::Failed;
+            report.end.report.reason = Some(format!(
                 "sub-agent unavailable: `{}` could not be started ({why}); install it or choose another agent",
                 gone.inv.name
             ));
@@ -974,10 +856,10 @@ impl Runner {
     }
 
     /// The workspace's change so far.
-    fn read_changes(&self, ws: &mut Workspace, report: &mut TaskReport) -> Result<ChangeSet, ()> {
+    fn read_changes(&self, ws: &mut Workspace, report: &mut TaskResult) -> Result<ChangeSet, ()> {
         ws.changes().map_err(|e| {
-            report.state = TaskState::Failed;
-            report.reason = Some(format!("cannot read the workspace's changes: {e}"));
+            report.end.report.state = TaskState::Failed;
+            report.end.report.reason = Some(format!("cannot read the workspace's changes: {e}"));
         })
     }
 
@@ -990,7 +872,7 @@ impl Runner {
         record: &Path,
         attempt: u32,
         ran: &Ran,
-        report: &mut TaskReport,
+        report: &mut TaskResult,
     ) -> Result<Judged, ()> {
         let name = t.task.name.as_str();
         if !ran.finished.success() || ran.soft_failure.is_some() {
@@ -1008,7 +890,7 @@ impl Runner {
         // What changed.
         self.phase(name, "review", attempt, "");
         let changes = self.read_changes(ws, report)?;
-        report.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
+        report.end.report.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
         let project = &self.plan.project;
         let mut review = review::review(
             &changes,
@@ -1056,7 +938,7 @@ impl Runner {
     }
 
     /// Runs the acceptance commands, then the project tests (not for
-    /// read-only tasks), in the workspace; fills `report.acceptance`.
+    /// read-only tasks), in the workspace; fills `report.end.report.acceptance`.
     /// `Ok(Some(result))` names the first that failed.
     #[allow(clippy::too_many_arguments)]
     fn acceptance(
@@ -1067,7 +949,7 @@ impl Runner {
         attempt: u32,
         read_only: bool,
         base_env: &[(OsString, OsString)],
-        report: &mut TaskReport,
+        report: &mut TaskResult,
     ) -> Result<Option<AcceptanceResult>, ()> {
         let name = t.task.name.as_str();
         let tests = self.plan.project.test_commands();
@@ -1087,15 +969,15 @@ impl Runner {
             let f = match self.shell(ws, cmd, base_env, Some(timeout.unwrap_or(accept::DEFAULT_TIMEOUT)), &log) {
                 Ok(f) => f,
                 Err(e) => {
-                    report.state = TaskState::Failed;
-                    report.reason = Some(format!("acceptance command `{cmd}` could not run: {e}"));
+                    report.end.report.state = TaskState::Failed;
+                    report.end.report.reason = Some(format!("acceptance command `{cmd}` could not run: {e}"));
                     return Err(());
                 }
             };
             if f.outcome == Outcome::Cancelled {
-                report.state = TaskState::Failed;
-                report.reason = Some("interrupted".into());
-                report.interrupted = true;
+                report.end.report.state = TaskState::Failed;
+                report.end.report.reason = Some("interrupted".into());
+                report.end.interrupted = true;
                 return Err(());
             }
             let result = AcceptanceResult {
@@ -1117,9 +999,9 @@ impl Runner {
                 break;
             }
         }
-        report.acceptance = results
+        report.end.report.acceptance = results
             .iter()
-            .map(|r| AcceptanceJson { command: r.command.clone(), exit_code: r.exit_code, passed: r.passed })
+            .map(|r| AcceptanceReport { command: r.command.clone(), exit_code: r.exit_code, passed: r.passed })
             .collect();
         let _ = std::fs::write(
             record.join(format!("acceptance-{attempt}.json")),
@@ -1137,7 +1019,7 @@ impl Runner {
         changes: &ChangeSet,
         record: &Path,
         base_env: &[(OsString, OsString)],
-        report: &mut TaskReport,
+        report: &mut TaskResult,
     ) -> Result<(), ()> {
         let project = &self.plan.project;
         let name = t.task.name.as_str();
@@ -1148,12 +1030,12 @@ impl Runner {
         }
         // One change at a time goes into the user's tree.
         let _one_at_a_time = self.integration.write().unwrap_or_else(|e| e.into_inner());
-        self.phase(name, "integrate", report.attempts, format!("{} file(s)", changes.changes.len()));
+        self.phase(name, "integrate", report.end.report.attempts, format!("{} file(s)", changes.changes.len()));
         let integrated = match ws.integrate(changes) {
             Ok(i) => i,
             Err(IntegrateError::Conflict(files)) => {
-                report.state = TaskState::Failed;
-                report.reason = Some(format!(
+                report.end.report.state = TaskState::Failed;
+                report.end.report.reason = Some(format!(
                     "conflict: {} changed in the project while the task ran; nothing was integrated (the patch is in {})",
                     files.join(", "),
                     record.join("patch.diff").display()
@@ -1161,13 +1043,13 @@ impl Runner {
                 return Err(());
             }
             Err(e) => {
-                report.state = TaskState::Failed;
-                report.reason = Some(format!("{e}; nothing was integrated"));
+                report.end.report.state = TaskState::Failed;
+                report.end.report.reason = Some(format!("{e}; nothing was integrated"));
                 return Err(());
             }
         };
         for cmd in &project.config.build {
-            self.phase(name, "build", report.attempts, cmd.clone());
+            self.phase(name, "build", report.end.report.attempts, cmd.clone());
             let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), cmd.into()];
             let mut c = process::Command::new(argv, project.root.clone());
             c.env = base_env.to_vec();
@@ -1181,11 +1063,11 @@ impl Runner {
             };
             if let Some((why, tail)) = failed {
                 crate::workspace::rollback(&project.root, &integrated);
-                report.state = TaskState::Failed;
-                report.reason = Some(format!(
+                report.end.report.state = TaskState::Failed;
+                report.end.report.reason = Some(format!(
                     "build command `{cmd}` failed after integration ({why}); the change was taken back out"
                 ));
-                report.tail = tail;
+                report.end.tail = tail;
                 return Err(());
             }
         }
@@ -1195,13 +1077,13 @@ impl Runner {
     /// Replays a recorded change (SPEC 4 `replay`): no agent; the stored
     /// patch is applied in a fresh workspace, acceptance is verified, and
     /// the change is integrated.
-    pub fn replay_task(&self, t: &PlannedTask, entry: &crate::store::Entry) -> TaskReport {
-        let mut report = TaskReport::new(t);
-        report.agent = entry.agent.clone();
-        report.summary = entry.summary.clone();
+    pub fn replay_task(&self, t: &PlannedTask, entry: &crate::store::Entry) -> TaskResult {
+        let mut report = TaskResult::new(t.end());
+        report.end.report.agent = entry.agent.clone();
+        report.end.report.summary = entry.summary.clone();
         self.recorded(t, report, |record, report| {
             if self.replay_in(t, entry, record, report).is_ok() {
-                report.state = TaskState::Replayed;
+                report.end.report.state = TaskState::Replayed;
             }
         })
     }
@@ -1211,7 +1093,7 @@ impl Runner {
         t: &PlannedTask,
         entry: &crate::store::Entry,
         record: &Path,
-        report: &mut TaskReport,
+        report: &mut TaskResult,
     ) -> Result<(), ()> {
         let record = record.to_path_buf();
         let name = t.task.name.as_str();
@@ -1221,16 +1103,16 @@ impl Runner {
             Workspace::create(&self.exe, &self.plan.project.root, &self.workspaces, self.mode, name)
         };
         let mut ws = created.map_err(|e| {
-            report.state = TaskState::Failed;
-            report.reason = Some(format!("cannot create the workspace: {e}"));
+            report.end.report.state = TaskState::Failed;
+            report.end.report.reason = Some(format!("cannot create the workspace: {e}"));
         })?;
         self.phase(name, "replay", 0, format!("{} file(s)", entry.changes.len()));
         let base_env = invoke::environment(&[], &[]);
         // The stored change is written inside the workspace (a helper
         // run through the wrapper, so deletions are real there too).
-        let cannot = |report: &mut TaskReport, e: std::io::Error| {
-            report.state = TaskState::Failed;
-            report.reason = Some(format!("cannot replay the stored change: {e}"));
+        let cannot = |report: &mut TaskResult, e: std::io::Error| {
+            report.end.report.state = TaskState::Failed;
+            report.end.report.reason = Some(format!("cannot replay the stored change: {e}"));
             Err(())
         };
         let spec = match ws.io_dir() {
@@ -1252,30 +1134,30 @@ impl Runner {
         match process::run(&c, &self.redactor, &self.cancel) {
             Ok(f) if f.success() => {}
             Ok(f) => {
-                report.state = TaskState::Failed;
-                report.reason = Some(format!("cannot replay the stored change: {}", f.describe()));
-                report.tail = f.tail;
+                report.end.report.state = TaskState::Failed;
+                report.end.report.reason = Some(format!("cannot replay the stored change: {}", f.describe()));
+                report.end.tail = f.tail;
                 return Err(());
             }
             Err(e) => {
-                report.state = TaskState::Failed;
-                report.reason = Some(format!("cannot replay the stored change: {e}"));
+                report.end.report.state = TaskState::Failed;
+                report.end.report.reason = Some(format!("cannot replay the stored change: {e}"));
                 return Err(());
             }
         }
         let changes = ws.changes().map_err(|e| {
-            report.state = TaskState::Failed;
-            report.reason = Some(format!("cannot read the workspace's changes: {e}"));
+            report.end.report.state = TaskState::Failed;
+            report.end.report.reason = Some(format!("cannot read the workspace's changes: {e}"));
         })?;
-        report.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
+        report.end.report.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
         let read_only = t.task.kind.is_read_only() || t.sandbox == crate::spec::SandboxLevel::ReadOnly;
         if let Some(f) = self.acceptance(t, &ws, &record, 1, read_only, &base_env, report)? {
-            report.state = TaskState::Failed;
-            report.reason = Some(format!(
+            report.end.report.state = TaskState::Failed;
+            report.end.report.reason = Some(format!(
                 "the replayed change no longer passes: acceptance command `{}` failed; run with --no-cache to call the agent",
                 f.command
             ));
-            report.tail = f.tail;
+            report.end.tail = f.tail;
             return Err(());
         }
         self.integrate_and_build(t, &mut ws, &changes, &record, &base_env, report)?;
@@ -1441,28 +1323,6 @@ fn last_message(tail: &str) -> Option<String> {
     Some(t[start..].to_owned())
 }
 
-fn truncate_chars(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        return s.to_owned();
-    }
-    let mut out: String = s.chars().take(n.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
-
-/// At most `limit` bytes of the end of `text`, starting at a line.
-pub fn tail_lines(text: &str, limit: usize) -> String {
-    if text.len() <= limit {
-        return text.trim_end().to_owned();
-    }
-    let mut start = text.len() - limit;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    let start = text[start..].find('\n').map_or(start, |p| start + p + 1);
-    text[start..].trim_end().to_owned()
-}
-
 fn review_reason(review: &Review, read_only: bool) -> String {
     let first = review.findings.iter().find(|f| f.severity == review::Severity::Reject);
     let prefix = if review.security_issue() {
@@ -1481,19 +1341,4 @@ fn review_reason(review: &Review, read_only: bool) -> String {
 fn project_has_tests(root: &Path) -> bool {
     let files = crate::workspace::project_files(root);
     review::has_tests(files.iter().map(|(p, _)| p.as_str()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tails_cut_at_characters_and_lines() {
-        let text = format!("{}xy\nlast line\n", "é".repeat(1001));
-        let t = tail_lines(&text, 505);
-        assert_eq!(t, "last line");
-        let t = tail_lines(&"é".repeat(300), 101);
-        assert!(t.chars().all(|c| c == 'é') && t.len() <= 101, "{t}");
-        assert_eq!(tail_lines("short\n", 100), "short");
-    }
 }

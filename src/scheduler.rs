@@ -14,9 +14,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::event::{TaskEnd, TaskState};
 use crate::lock::Lock;
 use crate::plan::{PlannedTask, State};
-use crate::runner::{Runner, TaskReport, TaskState};
+use crate::runner::{Runner, TaskResult};
 
 /// How to schedule.
 #[derive(Debug, Clone)]
@@ -30,8 +31,8 @@ pub struct Options {
 
 /// What a run did.
 pub struct Outcome {
-    /// One report per task, in run order.
-    pub reports: Vec<TaskReport>,
+    /// One end per task, in run order.
+    pub reports: Vec<TaskEnd>,
     /// What each task handed its dependents (its recorded output).
     pub outputs: HashMap<String, String>,
     /// The lock file as the run left it (saved after each recorded task).
@@ -56,7 +57,7 @@ pub fn run(
     tasks: Vec<PlannedTask>,
     outputs: HashMap<String, String>,
     opts: &Options,
-    finished: &mut dyn FnMut(&TaskReport),
+    finished: &mut dyn FnMut(&TaskEnd),
 ) -> Outcome {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -71,13 +72,13 @@ async fn schedule(
     tasks: Vec<PlannedTask>,
     mut outputs: HashMap<String, String>,
     opts: &Options,
-    finished: &mut dyn FnMut(&TaskReport),
+    finished: &mut dyn FnMut(&TaskEnd),
 ) -> Outcome {
     let index: HashMap<String, usize> = tasks.iter().enumerate().map(|(i, t)| (t.task.name.clone(), i)).collect();
     let deps: Vec<Vec<usize>> =
         tasks.iter().map(|t| t.key.spec.depends_on.iter().filter_map(|d| index.get(d).copied()).collect()).collect();
     let mut slots: Vec<Slot> = tasks.iter().map(|_| Slot::Waiting).collect();
-    let mut reports: Vec<TaskReport> = Vec::with_capacity(tasks.len());
+    let mut reports: Vec<TaskEnd> = Vec::with_capacity(tasks.len());
     let mut lock = runner.plan.lock.clone();
     let mut needs_agent: Vec<(String, Vec<String>)> = Vec::new();
     // Fail-fast: why no new task starts.
@@ -86,7 +87,7 @@ async fn schedule(
     // tree's: hashing again is needed only from then on.
     let mut touched = false;
     let mut running = 0usize;
-    let mut joins: tokio::task::JoinSet<(usize, PlannedTask, TaskReport)> = tokio::task::JoinSet::new();
+    let mut joins: tokio::task::JoinSet<(usize, PlannedTask, TaskResult)> = tokio::task::JoinSet::new();
     // Which task each job runs, should a job end without its result.
     let mut jobs_of: HashMap<tokio::task::Id, usize> = HashMap::new();
 
@@ -101,23 +102,31 @@ async fn schedule(
                 }
                 let t = &tasks[i];
                 let failed_dep = deps[i].iter().copied().find(|&d| match slots[d] {
-                    Slot::Done(r) => !reports[r].state.is_success(),
+                    Slot::Done(r) => !reports[r].state().is_success(),
                     _ => false,
                 });
                 let waiting_for_dep = deps[i].iter().any(|&d| !matches!(slots[d], Slot::Done(_)));
                 let report = if runner.cancel.is_cancelled() {
-                    Some(TaskReport::skipped(t, "interrupted"))
+                    Some(TaskResult::new(t.skipped("interrupted")))
                 } else if let Some(dep) = failed_dep
                     && !(opts.locked && waiting_for_dep)
                 {
                     let passed = |name: &String| match index.get(name) {
                         // Outside this run: it was up to date.
                         None => true,
-                        Some(&j) => matches!(slots[j], Slot::Done(r) if reports[r].state.is_success()),
+                        Some(&j) => matches!(slots[j], Slot::Done(r) if reports[r].state().is_success()),
                     };
-                    Some(dependency_failed(&runner, t, &tasks[dep], opts, &passed, &mut needs_agent, &mut outputs))
+                    Some(TaskResult::new(dependency_failed(
+                        &runner,
+                        t,
+                        &tasks[dep],
+                        opts,
+                        &passed,
+                        &mut needs_agent,
+                        &mut outputs,
+                    )))
                 } else if let Some(why) = &stop {
-                    Some(TaskReport::skipped(t, why.clone()))
+                    Some(TaskResult::new(t.skipped(why.clone())))
                 } else if waiting_for_dep || failed_dep.is_some() || running >= opts.jobs {
                     None
                 } else {
@@ -125,11 +134,11 @@ async fn schedule(
                     match start(&runner, &mut t, opts, touched, &outputs, &lock, &reports, &slots, &index) {
                         Start::Done(r) => {
                             let r = *r;
-                            if opts.locked && r.state == TaskState::Skipped && t.state == State::Run {
+                            if opts.locked && r.state() == TaskState::Skipped && t.state == State::Run {
                                 needs_agent.push((t.task.name.clone(), crate::cache::why(&runner.plan, &t)));
                                 outputs.insert(t.task.name.clone(), t.hash.clone());
                             }
-                            Some(r)
+                            Some(TaskResult::new(r))
                         }
                         Start::Spawn(job) => {
                             slots[i] = Slot::Running;
@@ -137,10 +146,10 @@ async fn schedule(
                             let runner = runner.clone();
                             let handle = joins.spawn_blocking(move || {
                                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&runner, &t)));
-                                let r = ran.unwrap_or_else(|_| TaskReport {
-                                    state: TaskState::Failed,
-                                    reason: Some("internal error: the task's thread panicked".into()),
-                                    ..TaskReport::new(&t)
+                                let r = ran.unwrap_or_else(|_| {
+                                    TaskResult::new(
+                                        t.end().ended(TaskState::Failed, "internal error: the task's thread panicked"),
+                                    )
                                 });
                                 (i, t, r)
                             });
@@ -174,11 +183,7 @@ async fn schedule(
             Ok(Some(Err(e))) => {
                 let Some(i) = jobs_of.remove(&e.id()) else { continue };
                 let t = tasks[i].clone();
-                let r = TaskReport {
-                    state: TaskState::Failed,
-                    reason: Some(format!("internal error: {e}")),
-                    ..TaskReport::new(&t)
-                };
+                let r = TaskResult::new(t.end().ended(TaskState::Failed, format!("internal error: {e}")));
                 (i, t, r)
             }
             Ok(None) => {
@@ -196,21 +201,21 @@ async fn schedule(
     }
 
     // Reports in run order.
-    let mut ordered: Vec<Option<TaskReport>> = reports.into_iter().map(Some).collect();
+    let mut ordered: Vec<Option<TaskEnd>> = reports.into_iter().map(Some).collect();
     let reports = slots
         .iter()
         .enumerate()
         .map(|(i, s)| match s {
-            Slot::Done(r) => ordered[*r].take().unwrap_or_else(|| TaskReport::new(&tasks[i])),
+            Slot::Done(r) => ordered[*r].take().unwrap_or_else(|| tasks[i].end()),
             // Every task is settled before the loop ends; should one not be,
             // it is reported, not lost.
-            _ => TaskReport::skipped(&tasks[i], "not run (internal error)"),
+            _ => tasks[i].skipped("not run (internal error)"),
         })
         .collect();
     Outcome { reports, outputs, lock, needs_agent, touched }
 }
 
-type Job = Box<dyn FnOnce(&Runner, &PlannedTask) -> TaskReport + Send>;
+type Job = Box<dyn FnOnce(&Runner, &PlannedTask) -> TaskResult + Send>;
 
 /// Hashes `t` again on the tree as it is, never halfway through another
 /// task's integration.
@@ -221,7 +226,7 @@ fn rehash(runner: &Runner, t: &mut PlannedTask, outputs: &HashMap<String, String
 
 enum Start {
     /// Settled on the spot: no job to run.
-    Done(Box<TaskReport>),
+    Done(Box<TaskEnd>),
     Spawn(Job),
 }
 
@@ -234,12 +239,12 @@ fn start(
     touched: bool,
     outputs: &HashMap<String, String>,
     lock: &Lock,
-    reports: &[TaskReport],
+    reports: &[TaskEnd],
     slots: &[Slot],
     index: &HashMap<String, usize>,
 ) -> Start {
     if touched && let Err(e) = rehash(runner, t, outputs) {
-        return Start::Done(Box::new(TaskReport { state: TaskState::Failed, reason: Some(e), ..TaskReport::new(t) }));
+        return Start::Done(Box::new(t.end().ended(TaskState::Failed, e)));
     }
     if opts.no_cache {
         t.state = State::Run;
@@ -248,27 +253,19 @@ fn start(
         State::UpToDate => Start::Done(Box::new(up_to_date(runner, t, lock))),
         State::Replay => match lock.tasks.get(&t.task.name).and_then(|l| runner.plan.store.get_entry(&l.before)) {
             Some(entry) => Start::Spawn(Box::new(move |runner, t| runner.replay_task(t, &entry))),
-            None => Start::Done(Box::new(TaskReport {
-                state: TaskState::Failed,
-                reason: Some("the stored change vanished from the store".into()),
-                ..TaskReport::new(t)
-            })),
+            None => {
+                Start::Done(Box::new(t.end().ended(TaskState::Failed, "the stored change vanished from the store")))
+            }
         },
         State::Run if opts.locked => {
             let why = crate::cache::why(&runner.plan, t);
-            Start::Done(Box::new(TaskReport::skipped(
-                t,
-                format!("--locked: an agent would be needed ({})", why.join("; ")),
-            )))
+            Start::Done(Box::new(t.skipped(format!("--locked: an agent would be needed ({})", why.join("; ")))))
         }
-        State::Run if runner.budget_reached() => Start::Done(Box::new(TaskReport::skipped(
-            t,
-            format!(
-                "not started: --max-cost ${:.2} reached (agents reported ${:.2})",
-                runner.max_cost.unwrap_or_default(),
-                runner.spent_usd()
-            ),
-        ))),
+        State::Run if runner.budget_reached() => Start::Done(Box::new(t.skipped(format!(
+            "not started: --max-cost ${:.2} reached (agents reported ${:.2})",
+            runner.max_cost.unwrap_or_default(),
+            runner.spent_usd()
+        )))),
         State::Run => {
             // The findings of its explore/review dependencies.
             let summaries: Vec<(String, String)> = runner
@@ -278,7 +275,7 @@ fn start(
                 .filter_map(|d| {
                     let summary = match index.get(&d.task.name) {
                         Some(&i) => match slots[i] {
-                            Slot::Done(r) => reports[r].summary.clone(),
+                            Slot::Done(r) => reports[r].report.summary.clone(),
                             _ => None,
                         },
                         // Outside this run (another shard): up to date, its
@@ -316,7 +313,7 @@ fn dependency_failed(
     passed: &dyn Fn(&String) -> bool,
     needs_agent: &mut Vec<(String, Vec<String>)>,
     outputs: &mut HashMap<String, String>,
-) -> TaskReport {
+) -> TaskEnd {
     if opts.locked {
         let held_back = |d: &String| passed(d) || needs_agent.iter().any(|(n, _)| n == d);
         let mut t = t.clone();
@@ -327,10 +324,10 @@ fn dependency_failed(
             let why = crate::cache::why(&runner.plan, &t);
             needs_agent.push((t.task.name.clone(), why.clone()));
             outputs.insert(t.task.name.clone(), t.hash.clone());
-            return TaskReport::skipped(&t, format!("--locked: an agent would be needed ({})", why.join("; ")));
+            return t.skipped(format!("--locked: an agent would be needed ({})", why.join("; ")));
         }
     }
-    TaskReport::skipped(t, format!("dependency `{}` did not pass", dep.task.name))
+    t.skipped(format!("dependency `{}` did not pass", dep.task.name))
 }
 
 /// Records what a finished task did (the store entry and the lock line for
@@ -340,15 +337,15 @@ fn dependency_failed(
 fn settle(
     runner: &Runner,
     t: &PlannedTask,
-    r: TaskReport,
+    r: TaskResult,
     lock: &mut Lock,
     outputs: &mut HashMap<String, String>,
     touched: &mut bool,
     stop: &mut Option<String>,
     opts: &Options,
-) -> TaskReport {
+) -> TaskEnd {
     let root = &runner.plan.project.root;
-    let output = match r.state {
+    let output = match r.end.state() {
         TaskState::UpToDate => lock.tasks.get(&t.task.name).map(|e| e.patch.clone()),
         TaskState::Replayed => {
             // The stored entry (the agent's prompts, transcripts, cost) and
@@ -372,7 +369,7 @@ fn settle(
         TaskState::Passed => {
             let mut after = t.clone();
             let recorded = rehash(runner, &mut after, outputs).map_err(std::io::Error::other).and_then(|()| {
-                let version = runner.plan.hashing.versions.get(&r.agent).cloned().flatten();
+                let version = runner.plan.hashing.versions.get(&r.end.report.agent).cloned().flatten();
                 crate::cache::record(&runner.plan.store, lock, root, t, &after, &r, version)
             });
             match recorded {
@@ -394,24 +391,24 @@ fn settle(
     if !outputs.contains_key(&t.task.name) || output.is_some() {
         outputs.insert(t.task.name.clone(), output.unwrap_or_else(|| t.hash.clone()));
     }
-    *touched |= !matches!(r.state, TaskState::UpToDate | TaskState::Skipped);
-    let failed = matches!(r.state, TaskState::Failed | TaskState::Blocked);
-    if failed && !opts.keep_going && stop.is_none() && !r.interrupted {
-        *stop = Some(format!("not started: `{}` failed (use --keep-going to run independent tasks)", r.name));
+    let end = r.end;
+    *touched |= !matches!(end.state(), TaskState::UpToDate | TaskState::Skipped);
+    if end.state().is_failure() && !opts.keep_going && stop.is_none() && !end.interrupted {
+        *stop = Some(format!("not started: `{}` failed (use --keep-going to run independent tasks)", end.name()));
     }
-    r
+    end
 }
 
 /// A task whose inputs equal its recorded after-state: nothing to do; its
 /// stored summary is shown.
-fn up_to_date(runner: &Runner, t: &PlannedTask, lock: &Lock) -> TaskReport {
-    let mut r = TaskReport::new(t);
-    r.state = TaskState::UpToDate;
+fn up_to_date(runner: &Runner, t: &PlannedTask, lock: &Lock) -> TaskEnd {
+    let mut r = t.end();
+    r.report.state = TaskState::UpToDate;
     if let Some(l) = lock.tasks.get(&t.task.name) {
-        r.agent = l.agent.clone();
+        r.report.agent = l.agent.clone();
         if let Some(entry) = runner.plan.store.get_entry(&l.before) {
-            r.summary = entry.summary.clone();
-            r.changed_files = entry.changes.iter().map(|c| c.path.clone()).collect();
+            r.report.summary = entry.summary.clone();
+            r.report.changed_files = entry.changes.iter().map(|c| c.path.clone()).collect();
             // The stored transcript, for `--output-logs`-style inspection.
             if let Some(h) =
                 entry.records.iter().filter(|(k, _)| k.starts_with("transcript-")).map(|(_, h)| h).next_back()

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::event::{PartState, SubtaskReport};
 use crate::plan::PlannedTask;
 use crate::review::Scope;
 use crate::spec::Kind;
@@ -276,52 +277,6 @@ pub fn with_section(prompt: &str, section: &str) -> String {
 pub fn seconds(d: Duration) -> String {
     let s = d.as_secs_f64();
     if s >= 10.0 { format!("{s:.0} s") } else { format!("{s:.1} s") }
-}
-
-/// How a subtask ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PartState {
-    /// Done, and its change passed review.
-    Passed,
-    /// Killed or timed out, and replaced by smaller parts.
-    Split,
-    Failed,
-    /// Still killed after the last round.
-    Blocked,
-    /// Not reached.
-    Skipped,
-}
-
-impl SubtaskReport {
-    pub fn state_str(&self) -> &'static str {
-        match self.state {
-            PartState::Passed => "passed",
-            PartState::Split => "split",
-            PartState::Failed => "failed",
-            PartState::Blocked => "blocked",
-            PartState::Skipped => "skipped",
-        }
-    }
-}
-
-/// One subtask in the report (`subtasks` of SPEC 5): the parts it was
-/// split into, if it was, are its own `subtasks`.
-#[derive(Debug, Clone, Serialize)]
-pub struct SubtaskReport {
-    pub name: String,
-    /// `CASSIST_PART`.
-    pub part: String,
-    pub round: u32,
-    pub state: PartState,
-    pub attempts: u32,
-    pub duration_ms: u64,
-    pub timeout_ms: u64,
-    pub changed_files: Vec<String>,
-    pub reason: Option<String>,
-    pub summary: Option<String>,
-    pub cost_usd: Option<f64>,
-    pub subtasks: Vec<SubtaskReport>,
 }
 
 /// The split tree of one task while it runs: every part ever made, the

@@ -9,20 +9,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde::Serialize;
 
 use crate::cli::RunArgs;
+use crate::event::{PartState, SubtaskReport, TaskEnd, TaskReport, TaskState};
 use crate::exit;
 use crate::plan::{Plan, PlannedTask, State};
 use crate::process::{Cancel, Redactor};
 use crate::report::Output;
 use crate::report::progress::{Reporter, Style};
 use crate::report::table::Table;
-use crate::runner::{Runner, TaskReport, TaskState};
+use crate::runner::Runner;
 use crate::scheduler;
 use crate::workspace::detect_mode;
 
 /// The `--report-json` document (SPEC 5).
 #[derive(Serialize)]
 pub struct RunReport<'a> {
-    pub tasks: &'a [TaskReport],
+    pub tasks: Vec<&'a TaskReport>,
     pub passed: usize,
     pub failed: usize,
     pub blocked: usize,
@@ -30,15 +31,12 @@ pub struct RunReport<'a> {
 }
 
 impl<'a> RunReport<'a> {
-    pub fn new(tasks: &'a [TaskReport]) -> RunReport<'a> {
+    pub fn new(ends: &'a [TaskEnd]) -> RunReport<'a> {
+        let tasks: Vec<&TaskReport> = ends.iter().map(|e| &e.report).collect();
         let count = |s: &[TaskState]| tasks.iter().filter(|t| s.contains(&t.state)).count();
-        RunReport {
-            tasks,
-            passed: count(&[TaskState::Passed]),
-            failed: count(&[TaskState::Failed]),
-            blocked: count(&[TaskState::Blocked]),
-            cached: count(&[TaskState::UpToDate, TaskState::Replayed]),
-        }
+        let (passed, failed) = (count(&[TaskState::Passed]), count(&[TaskState::Failed]));
+        let (blocked, cached) = (count(&[TaskState::Blocked]), count(&[TaskState::UpToDate, TaskState::Replayed]));
+        RunReport { tasks, passed, failed, blocked, cached }
     }
 }
 
@@ -163,7 +161,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
     if touched && !interrupted && !args.locked {
         let mut changed = false;
         for (planned, r) in selected.iter().zip(&reports) {
-            if !r.state.is_success() || !lock.tasks.contains_key(&planned.task.name) {
+            if !r.state().is_success() || !lock.tasks.contains_key(&planned.task.name) {
                 continue;
             }
             let mut t = planned.clone();
@@ -181,7 +179,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
     }
     plan.save_caches();
     crate::plan::timing("final hashes");
-    if !out.quiet || reports.iter().any(|r| !r.state.is_success()) {
+    if !out.quiet || reports.iter().any(|r| !r.state().is_success()) {
         print_summary(out, &reports, &run_dir);
     }
     if let Some(path) = &args.report_json {
@@ -215,7 +213,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
         );
         return exit::INTERRUPTED;
     }
-    if reports.iter().all(|r| r.state.is_success()) { exit::SUCCESS } else { exit::TASK_FAILED }
+    if reports.iter().all(|r| r.state().is_success()) { exit::SUCCESS } else { exit::TASK_FAILED }
 }
 
 /// `--shard K/N`: the selected tasks in slice K, and the output of each
@@ -294,9 +292,9 @@ fn workspaces_dir(root: &Path) -> PathBuf {
     dir
 }
 
-fn print_summary(out: &Output, reports: &[TaskReport], run_dir: &Path) {
+fn print_summary(out: &Output, ends: &[TaskEnd], run_dir: &Path) {
     let mut table = Table::new(&["TASK", "STATE", "AGENT", "ATTEMPTS", "TIME", "COST"]);
-    for r in reports {
+    for r in ends.iter().map(|e| &e.report) {
         let state = match r.state {
             TaskState::Passed | TaskState::UpToDate | TaskState::Replayed => out.green(r.state.as_str()),
             TaskState::Skipped => out.yellow(r.state.as_str()),
@@ -314,32 +312,31 @@ fn print_summary(out: &Output, reports: &[TaskReport], run_dir: &Path) {
     }
     crate::outln!();
     crate::out!("{}", table.render(|h| out.dim(h)));
-    for r in reports.iter().filter(|r| matches!(r.state, TaskState::Failed | TaskState::Blocked)) {
+    for e in ends.iter().filter(|e| e.state().is_failure()) {
         crate::outln!();
-        crate::outln!("{} {}: {}", out.red("✗"), r.name, r.reason.as_deref().unwrap_or("failed"));
-        if !r.tail.trim().is_empty() {
-            let tail = crate::runner::tail_lines(&r.tail, 1500);
+        crate::outln!("{} {}: {}", out.red("✗"), e.name(), e.report.reason.as_deref().unwrap_or("failed"));
+        if !e.tail.trim().is_empty() {
+            let tail = crate::text::tail_lines(&e.tail, 1500);
             for line in tail.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev() {
                 crate::outln!("    {}", out.dim(line));
             }
         }
-        if let Some(t) = &r.transcript {
+        if let Some(t) = &e.transcript {
             crate::outln!("  transcript: {}", t.display());
         }
-        if let Some(w) = &r.kept_workspace {
+        if let Some(w) = &e.kept_workspace {
             crate::outln!("  workspace kept: {}", w.display());
         }
     }
-    let passed = reports.iter().filter(|r| r.state.is_success()).count();
+    let passed = ends.iter().filter(|e| e.state().is_success()).count();
     crate::outln!();
-    crate::outln!("{passed} of {} task(s) passed; records in {}", reports.len(), run_dir.display());
+    crate::outln!("{passed} of {} task(s) passed; records in {}", ends.len(), run_dir.display());
 }
 
 /// The parts of a split task under its row, indented by depth.
-fn subtask_rows(out: &Output, table: &mut Table, subtasks: &[crate::split::SubtaskReport], depth: usize) {
-    use crate::split::PartState;
+fn subtask_rows(out: &Output, table: &mut Table, subtasks: &[SubtaskReport], depth: usize) {
     for s in subtasks {
-        let state = s.state_str();
+        let state = s.state.as_str();
         let state = match s.state {
             PartState::Passed => out.green(state),
             PartState::Split | PartState::Skipped => out.yellow(state),

@@ -802,4 +802,18 @@ impl PlannedTask {
     pub fn kind(&self) -> Kind {
         self.task.kind
     }
+
+    /// This task's end before anything happened: `skipped`, nothing done.
+    pub fn end(&self) -> crate::event::TaskEnd {
+        let location = crate::event::Location {
+            file: self.task.source.name.clone(),
+            line: self.task.source.line_col(self.task.node_span.offset()).0,
+        };
+        crate::event::TaskEnd::new(&self.task.name, &self.hash, &self.agent, location)
+    }
+
+    /// This task, skipped for `reason`.
+    pub fn skipped(&self, reason: impl Into<String>) -> crate::event::TaskEnd {
+        self.end().ended(crate::event::TaskState::Skipped, reason)
+    }
 }

@@ -2,7 +2,7 @@
 //! as workflow commands, `::error file=…,line=…,title=…::message`, which
 //! GitHub shows on the task's KDL node in the pull request's diff.
 
-use crate::runner::{TaskReport, TaskState};
+use crate::event::TaskEnd;
 
 /// Whether this run is on GitHub Actions.
 pub fn active() -> bool {
@@ -23,20 +23,20 @@ fn repo_path(root: &std::path::Path, file: &str) -> String {
 }
 
 /// One `::error` line per failed or blocked task; `root` is the project's.
-pub fn annotations(reports: &[TaskReport], root: &std::path::Path) -> Vec<String> {
-    reports
-        .iter()
-        .filter(|r| matches!(r.state, TaskState::Failed | TaskState::Blocked))
-        .map(|r| {
+pub fn annotations(ends: &[TaskEnd], root: &std::path::Path) -> Vec<String> {
+    ends.iter()
+        .filter(|e| e.state().is_failure())
+        .map(|end| {
+            let r = &end.report;
             let title = format!("cassist: task {} {}", r.name, r.state.as_str());
             let mut message = r.reason.clone().unwrap_or_else(|| r.state.as_str().to_owned());
-            if let Some(t) = &r.transcript {
+            if let Some(t) = &end.transcript {
                 message.push_str(&format!("\ntranscript: {}", t.display()));
             }
             format!(
                 "::error file={},line={},title={}::{}",
-                property(&repo_path(root, &r.file)),
-                r.line,
+                property(&repo_path(root, &end.location.file)),
+                end.location.line,
                 property(&title),
                 data(&message)
             )

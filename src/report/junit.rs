@@ -7,32 +7,33 @@
 
 use std::fmt::Write as _;
 
-use crate::runner::{TaskReport, TaskState};
+use crate::event::{TaskEnd, TaskState};
 
-/// The XML document for `reports`; `seconds` is the run's wall time.
-pub fn render(reports: &[TaskReport], seconds: f64, timestamp: &str) -> String {
-    let failures = reports.iter().filter(|r| matches!(r.state, TaskState::Failed | TaskState::Blocked)).count();
-    let skipped = reports.iter().filter(|r| r.state == TaskState::Skipped).count();
+/// The XML document for `ends`; `seconds` is the run's wall time.
+pub fn render(ends: &[TaskEnd], seconds: f64, timestamp: &str) -> String {
+    let failures = ends.iter().filter(|e| e.state().is_failure()).count();
+    let skipped = ends.iter().filter(|e| e.state() == TaskState::Skipped).count();
     let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(
         x,
         "<testsuites name=\"cassist\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\" time=\"{seconds:.3}\">",
-        reports.len()
+        ends.len()
     );
     let _ = writeln!(
         x,
         "  <testsuite name=\"cassist run\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\" time=\"{seconds:.3}\" timestamp=\"{}\">",
-        reports.len(),
+        ends.len(),
         attr(timestamp)
     );
-    for r in reports {
+    for end in ends {
+        let r = &end.report;
         let _ = write!(
             x,
             "    <testcase name=\"{}\" classname=\"{}\" file=\"{}\" line=\"{}\" time=\"{:.3}\"",
             attr(&r.name),
-            attr(&classname(&r.file)),
-            attr(&r.file),
-            r.line,
+            attr(&classname(&end.location.file)),
+            attr(&end.location.file),
+            end.location.line,
             r.duration_ms as f64 / 1000.0
         );
         x.push_str(">\n");
@@ -44,7 +45,7 @@ pub fn render(reports: &[TaskReport], seconds: f64, timestamp: &str) -> String {
                     "      <failure message=\"{}\" type=\"{}\">{}</failure>",
                     attr(reason),
                     r.state.as_str(),
-                    text(&format!("{reason}\n\n{}", crate::runner::tail_lines(&r.tail, 8000)))
+                    text(&format!("{reason}\n\n{}", crate::text::tail_lines(&end.tail, 8000)))
                 );
             }
             TaskState::Skipped => {
@@ -62,7 +63,7 @@ pub fn render(reports: &[TaskReport], seconds: f64, timestamp: &str) -> String {
         if let Some(s) = &r.summary {
             let _ = writeln!(out, "summary:\n{s}");
         }
-        if let Some(t) = &r.transcript {
+        if let Some(t) = &end.transcript {
             let _ = writeln!(out, "transcript: {}", t.display());
         }
         let _ = writeln!(x, "      <system-out>{}</system-out>", text(&out));

@@ -134,8 +134,8 @@ impl Output {
     }
 
     /// A task's state, coloured by what it means.
-    pub fn state(&self, state: crate::runner::TaskState) -> String {
-        use crate::runner::TaskState;
+    pub fn state(&self, state: crate::event::TaskState) -> String {
+        use crate::event::TaskState;
         match state {
             TaskState::Passed | TaskState::UpToDate | TaskState::Replayed => self.green(state.as_str()),
             TaskState::Skipped => self.yellow(state.as_str()),

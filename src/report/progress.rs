@@ -17,8 +17,8 @@ use std::time::Duration;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::OutputLogs;
+use crate::event::{Event, Events, TaskEnd, TaskState};
 use crate::report::Output;
-use crate::runner::{Event, Events, TaskReport, TaskState};
 
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +57,7 @@ enum Msg {
         task: String,
         usd: f64,
     },
-    Finished(Box<TaskReport>),
+    Finished(Box<TaskEnd>),
     /// Everything is said: clear the bars and end.
     Stop,
 }
@@ -97,7 +97,7 @@ impl Reporter {
     }
 
     /// A task ended.
-    pub fn finished(&self, r: &TaskReport) {
+    pub fn finished(&self, r: &TaskEnd) {
         let _ = self.tx.send(Msg::Finished(Box::new(r.clone())));
     }
 
@@ -266,7 +266,8 @@ impl Screen {
         }
     }
 
-    fn finished(&mut self, r: &TaskReport) {
+    fn finished(&mut self, end: &TaskEnd) {
+        let r = &end.report;
         self.done += 1;
         match r.state {
             TaskState::Passed => self.passed += 1,
@@ -281,15 +282,16 @@ impl Screen {
             m.remove(&bar);
         }
         match &self.multi {
-            Some(m) => m.suspend(|| print_finished(&self.out, r, self.logs)),
-            None => print_finished(&self.out, r, self.logs),
+            Some(m) => m.suspend(|| print_finished(&self.out, end, self.logs)),
+            None => print_finished(&self.out, end, self.logs),
         }
         self.update_overall();
     }
 }
 
 /// The line of a finished task (stdout).
-pub fn print_finished(out: &Output, r: &TaskReport, logs: OutputLogs) {
+pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
+    let r = &end.report;
     if out.quiet && r.state.is_success() {
         return;
     }
@@ -303,7 +305,7 @@ pub fn print_finished(out: &Output, r: &TaskReport, logs: OutputLogs) {
             line.push_str(&format!(": {summary}"));
         }
         crate::outln!("{line}");
-        if let Some(t) = &r.transcript {
+        if let Some(t) = &end.transcript {
             if logs == OutputLogs::Full {
                 if let Ok(text) = std::fs::read_to_string(t) {
                     for l in text.lines() {
