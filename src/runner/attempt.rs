@@ -1,0 +1,357 @@
+//! One agent run: the prompt and result files, the command line through
+//! the agent's adapter, its environment, the run in the sandbox, and what
+//! its output says (cost, agent errors, the agent's own report).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::agent::adapter::{AdapterInput, AgentOutput, ErrorKind, READ_ONLY_TURN_CAP, read_tail};
+use crate::agent::invoke::{self, Invocation, Placeholders};
+use crate::event::Event;
+use crate::process::{self, Outcome};
+use crate::split::Part;
+use crate::workspace::Mode;
+
+use super::agents::agent_error_reason;
+use super::{Failure, SUMMARY_LIMIT, TaskContext};
+
+/// What one agent run is asked to do.
+pub struct Request<'p> {
+    pub prompt: &'p str,
+    /// The whole task, or a part of a split one.
+    pub part: &'p Part,
+    /// `CASSIST_ATTEMPT`: the attempt of this part.
+    pub part_attempt: u32,
+    pub timeout: Duration,
+}
+
+/// What one agent run came to.
+pub enum Step {
+    /// It ran to its end, successfully or not.
+    Ran(Ran),
+    /// The same prompt goes to the next agent of the chain.
+    Again,
+    /// Killed or timed out: too large for one run (SPEC 3.8).
+    Oversized(Oversized),
+}
+
+pub struct Ran {
+    pub finished: process::Finished,
+    /// Refused or failed tool calls of a CLI that exited 0.
+    pub soft_failure: Option<String>,
+    /// The agent wrote a result report.
+    pub reported: bool,
+    pub summary: Option<String>,
+    pub cost_usd: Option<f64>,
+}
+
+pub struct Oversized {
+    /// `killed` or `timed out`.
+    pub what: &'static str,
+    pub elapsed: Duration,
+    /// The outcome in words (`killed by signal 9 (SIGKILL)`).
+    pub detail: String,
+    pub tail: String,
+    pub cost_usd: Option<f64>,
+}
+
+/// The files of one agent run.
+struct RunFiles {
+    /// The agent's own folder outside the workspace.
+    io: PathBuf,
+    prompt: PathBuf,
+    result: PathBuf,
+    transcript: PathBuf,
+}
+
+impl TaskContext<'_> {
+    /// One run of the first agent of the chain.
+    pub fn attempt(&mut self, req: &Request<'_>) -> Result<Step, Failure> {
+        let attempt = self.facts.attempts + 1;
+        self.runner.check_budget()?;
+        let files = self.write_prompt(req.prompt, attempt)?;
+        let inv = self.agents[0].clone();
+        self.facts.agent = Some(inv.name.clone());
+        let detail =
+            if req.part.is_whole() { inv.name.clone() } else { format!("{}, part {}", inv.name, req.part.label()) };
+        self.phase("agent", attempt, detail);
+        let finished = match self.run_agent(&inv, req, &files) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.kind() == std::io::ErrorKind::PermissionDenied => {
+                // Copy mode starts the agent directly: it failed to
+                // start, so the next agent of the chain, if any.
+                return self.next_agent_after_start_failure(&e.to_string());
+            }
+            Err(e) => return Err(Failure::failed(format!("cannot start agent `{}`: {e}", inv.name))),
+        };
+        if finished.outcome == Outcome::Exited(crate::sandbox::NOT_FOUND)
+            && finished.tail.contains("cassist: cannot run")
+        {
+            // It failed to start: the next agent of the chain, if any.
+            return self.next_agent_after_start_failure(finished.tail.trim());
+        }
+        self.after_run(&inv, finished, req.part, &files, attempt)
+    }
+
+    /// The prompt of attempt `attempt`, where the agent reads it and in
+    /// the record.
+    fn write_prompt(&self, prompt: &str, attempt: u32) -> Result<RunFiles, Failure> {
+        let io = self.ws.io_dir().map_err(|e| Failure::failed(format!("cannot prepare the workspace: {e}")))?;
+        let files = RunFiles {
+            prompt: io.join(format!("prompt-{attempt}.md")),
+            result: io.join(format!("result-{attempt}.json")),
+            transcript: self.record.join(format!("transcript-{attempt}.log")),
+            io,
+        };
+        let _ = std::fs::remove_file(&files.result);
+        std::fs::write(&files.prompt, prompt).map_err(|e| Failure::failed(format!("cannot write the prompt: {e}")))?;
+        let _ = std::fs::write(self.record.join(format!("prompt-{attempt}.md")), self.runner.redactor.redact(prompt));
+        Ok(files)
+    }
+
+    /// Runs the agent in the workspace's sandbox until it ends.
+    fn run_agent(&self, inv: &Invocation, req: &Request<'_>, files: &RunFiles) -> std::io::Result<process::Finished> {
+        let t = self.t;
+        let subtask = req.part.name(self.name);
+        let writable = self.runner.writable_paths(t.sandbox, &self.ws.dir, &files.io, inv);
+        // A built-in adapter maps the sandbox level, the kind, the turn
+        // cap and the budget onto its CLI's own flags.
+        let base_argv = match inv.builtin {
+            Some(b) => b.argv(&AdapterInput {
+                sandbox: t.sandbox,
+                read_only_kind: t.task.kind.is_read_only(),
+                max_turns: t.task.kind.is_read_only().then_some(READ_ONLY_TURN_CAP),
+                max_cost: t.max_cost,
+                prompt_file: &files.prompt,
+                workdir: &self.ws.dir,
+                io_dir: &files.io,
+                // Under Landlock no sandbox of the agent's own can be
+                // set up (Landlock refuses mount(2), and the uid map
+                // is not writable): Codex's bubblewrap fails there, so
+                // Landlock alone enforces the level.
+                userns: writable.is_none() && (self.runner.mode == Mode::Overlay || crate::sandbox::userns_available()),
+            }),
+            None => inv.argv.clone(),
+        };
+        self.note_codex_sandbox(inv, &base_argv, writable.is_some());
+        let argv = invoke::fill_argv(
+            &base_argv,
+            &Placeholders { prompt: req.prompt, prompt_file: &files.prompt, workdir: &self.ws.dir, task: &subtask },
+        );
+        let env = agent_env(inv, req, &subtask, files);
+        let argv = self.ws.wrap_sandboxed(argv, writable)?;
+        let mut cmd = process::Command::new(argv, self.ws.dir.clone());
+        cmd.env = env;
+        cmd.stdin = inv.stdin_prompt.then(|| req.prompt.to_owned().into_bytes());
+        cmd.timeout = Some(req.timeout);
+        cmd.transcript = Some(files.transcript.clone());
+        process::run(&cmd, &self.runner.redactor, &self.runner.cancel)
+    }
+
+    /// Codex runs with danger-full-access where its own sandbox cannot
+    /// start: the user is told what enforces the level instead.
+    fn note_codex_sandbox(&self, inv: &Invocation, argv: &[String], landlock: bool) {
+        let sandbox = self.t.sandbox;
+        if inv.builtin != Some(crate::agent::Builtin::Codex)
+            || sandbox == crate::spec::SandboxLevel::Full
+            || !argv.iter().any(|a| a == "danger-full-access")
+        {
+            return;
+        }
+        self.note(if landlock {
+            format!(
+                "codex's own sandbox cannot start inside cassist's Landlock sandbox: Landlock enforces `{sandbox}` (codex runs with danger-full-access)"
+            )
+        } else {
+            format!(
+                "no user namespaces here for codex's own sandbox: `{sandbox}` rests on the review of the change (codex runs with danger-full-access)"
+            )
+        });
+    }
+
+    /// What a run that started came to: counted, its cost added, then
+    /// judged by how it ended and what its output and report say.
+    fn after_run(
+        &mut self,
+        inv: &Invocation,
+        finished: process::Finished,
+        part: &Part,
+        files: &RunFiles,
+        attempt: u32,
+    ) -> Result<Step, Failure> {
+        self.facts.attempts += 1;
+        self.facts.transcript = Some(files.transcript.clone());
+        let _ = std::fs::copy(&files.result, self.record.join(format!("result-{attempt}.json")));
+
+        // What the CLI's machine-readable output says, and what the run
+        // cost: counted for a killed run too.
+        let parsed = inv.builtin.map(|b| b.parse(&read_tail(&files.transcript, 4 << 20), finished.outcome, &files.io));
+        // Any agent may report its cost in its result file; a built-in
+        // CLI's own output, when it says, takes precedence.
+        let cost_usd = parsed.as_ref().and_then(|p| p.cost_usd).or_else(|| result_cost(&files.result));
+        if let Some(c) = cost_usd {
+            self.add_cost(c);
+        }
+        let oversized = |what: &'static str| {
+            Ok(Step::Oversized(Oversized {
+                what,
+                elapsed: finished.duration,
+                detail: finished.describe(),
+                tail: finished.tail.clone(),
+                cost_usd,
+            }))
+        };
+        match finished.outcome {
+            Outcome::Cancelled => return Err(Failure::interrupted()),
+            Outcome::TimedOut => return oversized("timed out"),
+            Outcome::Signaled(9) | Outcome::Exited(137) => return oversized("killed"),
+            Outcome::Exited(c) if c != 0 && finished.killed_by_oom_hint => return oversized("killed"),
+            _ => {}
+        }
+        if let Some(p) = &parsed {
+            let _ = std::fs::write(
+                self.record.join(format!("agent-{attempt}.json")),
+                self.runner.redactor.redact(&serde_json::to_string_pretty(p).unwrap_or_default()),
+            );
+            if let Some(step) = self.agent_error(inv, p, &finished.tail)? {
+                return Ok(step);
+            }
+        }
+
+        // The agent's own report.
+        let agent_report = read_result_file(&files.result);
+        if let Some(Err(reason)) = &agent_report {
+            return Err(Failure::blocked(if part.is_whole() {
+                format!("the agent reported that it cannot do the task: {reason}")
+            } else {
+                format!("the agent reported that it cannot do {} of the task: {reason}", part.describe())
+            }));
+        }
+        let redactor = &self.runner.redactor;
+        let reported = agent_report.is_some();
+        let summary = match agent_report {
+            Some(Ok(Some(s))) => Some(s),
+            _ => parsed.as_ref().and_then(|p| p.summary.clone()).or_else(|| last_message(&finished.tail)),
+        };
+        // A CLI that exits 0 after refused or failed tool calls failed.
+        let soft_failure = parsed
+            .as_ref()
+            .and_then(|p| p.error.as_ref())
+            .filter(|e| matches!(e.kind, ErrorKind::PermissionDenied | ErrorKind::ToolFailed))
+            .map(|e| redactor.redact(&e.message));
+        Ok(Step::Ran(Ran { finished, soft_failure, reported, summary: summary.map(|s| redactor.redact(&s)), cost_usd }))
+    }
+
+    /// What an agent run reported spending: the task's and the run's
+    /// totals.
+    fn add_cost(&mut self, usd: f64) {
+        self.facts.cost_usd = Some(self.facts.cost_usd.unwrap_or(0.0) + usd);
+        self.runner.spent.fetch_add((usd.max(0.0) * 1e6).round() as u64, std::sync::atomic::Ordering::SeqCst);
+        self.runner.event(Event::Cost { task: self.name, usd });
+    }
+
+    /// An error the CLI reported: the next agent of the chain, the end of
+    /// the task, or (for refused or failed tool calls) nothing yet.
+    fn agent_error(&mut self, inv: &Invocation, output: &AgentOutput, tail: &str) -> Result<Option<Step>, Failure> {
+        let Some(err) = &output.error else { return Ok(None) };
+        match err.kind {
+            ErrorKind::RateLimited | ErrorKind::Overloaded if self.agents.len() > 1 => {
+                Ok(Some(self.next_agent_after_api_error(err.kind)))
+            }
+            ErrorKind::RateLimited
+            | ErrorKind::Overloaded
+            | ErrorKind::Auth
+            | ErrorKind::BudgetExceeded
+            | ErrorKind::TurnCap => {
+                let message = self.runner.redactor.redact(&err.message);
+                Err(Failure::failed(agent_error_reason(&inv.name, err.kind, &message)).with_tail(tail))
+            }
+            ErrorKind::PermissionDenied | ErrorKind::ToolFailed | ErrorKind::Other => Ok(None),
+        }
+    }
+}
+
+/// The agent's environment: the allowlist and its own variables, the
+/// `CASSIST_*` variables of this run, and a private temp folder.
+fn agent_env(inv: &Invocation, req: &Request<'_>, subtask: &str, files: &RunFiles) -> Vec<(OsString, OsString)> {
+    let mut extra: Vec<(String, OsString)> = vec![
+        ("CASSIST_TASK".into(), subtask.into()),
+        ("CASSIST_ATTEMPT".into(), req.part_attempt.to_string().into()),
+        ("CASSIST_PART".into(), req.part.env().into()),
+        ("CASSIST_PROMPT_FILE".into(), files.prompt.clone().into()),
+        ("CASSIST_RESULT_FILE".into(), files.result.clone().into()),
+    ];
+    if let Some(b) = inv.builtin {
+        extra.extend(b.extra_env().into_iter().map(|(k, v)| (k, OsString::from(v))));
+    }
+    // A private temp folder, inside the agent's writable io folder.
+    let tmp = files.io.join("tmp");
+    if std::fs::create_dir_all(&tmp).is_ok() {
+        extra.push(("TMPDIR".into(), tmp.into()));
+    }
+    invoke::environment(&inv.pass_env, &extra)
+}
+
+/// `cost_usd` of the agent's result report, when it gives one.
+fn result_cost(path: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get("cost_usd").and_then(|c| c.as_f64()).filter(|c| c.is_finite() && *c >= 0.0)
+}
+
+/// The agent's result report: `None` when absent or unreadable,
+/// `Some(Ok(summary))` on success, `Some(Err(reason))` on reported failure.
+fn read_result_file(path: &Path) -> Option<Result<Option<String>, String>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    match v.get("success").and_then(|s| s.as_bool()) {
+        Some(true) => Some(Ok(v.get("summary").and_then(|s| s.as_str()).map(str::to_owned))),
+        Some(false) => Some(Err(v
+            .get("reason")
+            .and_then(|s| s.as_str())
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or("no reason given")
+            .to_owned())),
+        None => None,
+    }
+}
+
+/// The agent's last words: the end of its output.
+fn last_message(tail: &str) -> Option<String> {
+    let t = tail.trim();
+    if t.is_empty() {
+        return None;
+    }
+    let start = t.len().saturating_sub(SUMMARY_LIMIT);
+    let start = (start..t.len()).find(|&i| t.is_char_boundary(i)).unwrap_or(t.len());
+    Some(t[start..].to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_files_say_success_summary_or_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("result.json");
+        assert_eq!(read_result_file(&f), None);
+        std::fs::write(&f, r#"{"success": true, "summary": "done", "cost_usd": 0.25}"#).unwrap();
+        assert_eq!(read_result_file(&f), Some(Ok(Some("done".into()))));
+        assert_eq!(result_cost(&f), Some(0.25));
+        std::fs::write(&f, r#"{"success": false, "reason": "  "}"#).unwrap();
+        assert_eq!(read_result_file(&f), Some(Err("no reason given".into())));
+        std::fs::write(&f, r#"{"cost_usd": -1}"#).unwrap();
+        assert_eq!(read_result_file(&f), None);
+        assert_eq!(result_cost(&f), None);
+    }
+
+    #[test]
+    fn the_last_message_is_cut_at_a_character_boundary() {
+        assert_eq!(last_message("  \n"), None);
+        let long = format!("{}é{}", "a".repeat(10), "b".repeat(SUMMARY_LIMIT - 1));
+        let m = last_message(&long).unwrap();
+        assert_eq!(m, "b".repeat(SUMMARY_LIMIT - 1));
+    }
+}

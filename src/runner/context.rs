@@ -1,0 +1,117 @@
+//! What one task's run carries from step to step: the task, its record
+//! folder, its workspace, the agents it may use, and what it did so far.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::agent::invoke::{self, Invocation};
+use crate::changes::ChangeSet;
+use crate::event::{AcceptanceReport, Event, SubtaskReport};
+use crate::plan::PlannedTask;
+use crate::process;
+use crate::workspace::Workspace;
+
+use super::{Failure, Runner};
+
+/// What a task did, reported however it ends: the facts of its report
+/// that are not how it ended.
+#[derive(Debug, Default)]
+pub struct Facts {
+    /// The agent that ran last (the planned one when none ran).
+    pub agent: Option<String>,
+    /// Agent runs.
+    pub attempts: u32,
+    pub cost_usd: Option<f64>,
+    /// The transcript of the last agent run.
+    pub transcript: Option<PathBuf>,
+    pub changed_files: Vec<String>,
+    pub acceptance: Vec<AcceptanceReport>,
+    pub summary: Option<String>,
+    /// The parts of a split task, as a tree.
+    pub subtasks: Vec<SubtaskReport>,
+}
+
+/// One task's run in its workspace.
+pub struct TaskContext<'a> {
+    pub runner: &'a Runner,
+    pub t: &'a PlannedTask,
+    pub name: &'a str,
+    /// `.cassist/runs/<id>/<task>/`.
+    pub record: &'a Path,
+    pub ws: Workspace,
+    /// The agents left to try, in order; the first runs.
+    pub agents: Vec<Invocation>,
+    /// The environment of setup, acceptance and build commands.
+    pub base_env: Vec<(OsString, OsString)>,
+    /// A read-only kind or sandbox: no project tests, changes rejected.
+    pub read_only: bool,
+    pub facts: Facts,
+    /// The iteration running now (SPEC 3.7), from 1.
+    pub iteration: u32,
+    /// What the next prompt of the whole task is told (review or
+    /// acceptance feedback).
+    pub feedback: Option<String>,
+}
+
+impl<'a> TaskContext<'a> {
+    pub fn new(
+        runner: &'a Runner,
+        t: &'a PlannedTask,
+        record: &'a Path,
+        ws: Workspace,
+        agents: Vec<Invocation>,
+        facts: Facts,
+    ) -> TaskContext<'a> {
+        TaskContext {
+            runner,
+            t,
+            name: t.task.name.as_str(),
+            record,
+            ws,
+            agents,
+            base_env: invoke::environment(&[], &[]),
+            read_only: t.task.kind.is_read_only() || t.sandbox == crate::spec::SandboxLevel::ReadOnly,
+            facts,
+            iteration: 1,
+            feedback: None,
+        }
+    }
+
+    pub fn phase(&self, phase: &'static str, attempt: u32, detail: impl Into<String>) {
+        self.runner.phase(self.name, phase, attempt, detail);
+    }
+
+    pub fn note(&self, message: impl Into<String>) {
+        self.runner.event(Event::Note { task: self.name, message: message.into() });
+    }
+
+    /// Ctrl-C ends the task before its next step.
+    pub fn check_cancel(&self) -> Result<(), Failure> {
+        if self.runner.cancel.is_cancelled() { Err(Failure::interrupted()) } else { Ok(()) }
+    }
+
+    /// Another iteration, or, after the last, `failure`.
+    pub fn next_iteration(&mut self, failure: impl FnOnce() -> Failure) -> Result<(), Failure> {
+        if self.iteration >= self.t.max_iterations {
+            return Err(failure());
+        }
+        self.iteration += 1;
+        Ok(())
+    }
+
+    /// The workspace's change so far.
+    pub fn read_changes(&mut self) -> Result<ChangeSet, Failure> {
+        self.ws.changes().map_err(|e| Failure::failed(format!("cannot read the workspace's changes: {e}")))
+    }
+
+    /// `sh -c cmd` inside the workspace, logged to `log`.
+    pub fn shell(&self, cmd: &str, timeout: Option<Duration>, log: &Path) -> std::io::Result<process::Finished> {
+        let argv = self.ws.wrap(vec!["sh".into(), "-c".into(), cmd.into()])?;
+        let mut c = process::Command::new(argv, self.ws.dir.clone());
+        c.env = self.base_env.clone();
+        c.timeout = timeout;
+        c.transcript = Some(log.to_path_buf());
+        process::run(&c, &self.runner.redactor, &self.runner.cancel)
+    }
+}

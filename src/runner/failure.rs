@@ -1,0 +1,79 @@
+//! How a task fails: one typed value that every step returns through `?`,
+//! carrying the state the task ends in and the reason the user reads.
+
+use crate::event::TaskState;
+
+/// Why a task did not pass. The task's report is made from it in one
+/// place ([`super::Ending`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Failure {
+    /// [`TaskState::Failed`] or [`TaskState::Blocked`].
+    pub state: TaskState,
+    /// The reason, exactly as reported.
+    pub reason: String,
+    /// The end of the output that failed, if a command's.
+    pub tail: String,
+    /// Ended by Ctrl-C.
+    pub interrupted: bool,
+    /// Keep the workspace for inspection whatever `--keep-workspace` says.
+    pub keep_workspace: bool,
+}
+
+impl Failure {
+    /// The task failed for `reason`.
+    pub fn failed(reason: impl Into<String>) -> Failure {
+        Failure {
+            state: TaskState::Failed,
+            reason: reason.into(),
+            tail: String::new(),
+            interrupted: false,
+            keep_workspace: false,
+        }
+    }
+
+    /// The task cannot be done as it is written, for `reason`.
+    pub fn blocked(reason: impl Into<String>) -> Failure {
+        Failure { state: TaskState::Blocked, ..Failure::failed(reason) }
+    }
+
+    /// Ctrl-C stopped the task.
+    pub fn interrupted() -> Failure {
+        Failure { interrupted: true, ..Failure::failed("interrupted") }
+    }
+
+    /// The same failure, with the end of the output that failed.
+    pub fn with_tail(self, tail: impl Into<String>) -> Failure {
+        Failure { tail: tail.into(), ..self }
+    }
+
+    /// The same failure; whether it came from Ctrl-C.
+    pub fn interrupted_if(self, interrupted: bool) -> Failure {
+        Failure { interrupted, ..self }
+    }
+
+    /// The same failure; its workspace is kept for inspection.
+    pub fn keeping_workspace(self) -> Failure {
+        Failure { keep_workspace: true, ..self }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constructors_set_state_and_flags() {
+        let f = Failure::failed("no");
+        assert_eq!(
+            (f.state, f.reason.as_str(), f.interrupted, f.keep_workspace),
+            (TaskState::Failed, "no", false, false)
+        );
+        assert_eq!(f.to_string(), "no");
+        let b = Failure::blocked("too big").with_tail("out").keeping_workspace();
+        assert_eq!((b.state, b.tail.as_str(), b.keep_workspace), (TaskState::Blocked, "out", true));
+        let i = Failure::interrupted();
+        assert_eq!((i.state, i.reason.as_str(), i.interrupted), (TaskState::Failed, "interrupted", true));
+        assert!(Failure::failed("x").interrupted_if(true).interrupted);
+    }
+}

@@ -1,0 +1,62 @@
+//! Integration: the change goes into the user's tree (one task at a time),
+//! then the project's `build` commands run there; a failed build takes the
+//! change back out.
+
+use std::ffi::OsString;
+
+use crate::accept;
+use crate::changes::{ChangeSet, unified_diff};
+use crate::process;
+use crate::workspace::IntegrateError;
+
+use super::{Failure, TaskContext};
+
+impl TaskContext<'_> {
+    /// Records the patch, integrates it into the user's tree and runs the
+    /// `build` commands there (taking the change back out if one fails).
+    pub fn integrate_and_build(&mut self, changes: &ChangeSet) -> Result<(), Failure> {
+        let patch = self.record.join("patch.diff");
+        let _ = std::fs::write(&patch, self.runner.redactor.redact(&unified_diff(changes)));
+        if changes.is_empty() {
+            return Ok(());
+        }
+        // One change at a time goes into the user's tree.
+        let _one_at_a_time = self.runner.integration.write().unwrap_or_else(|e| e.into_inner());
+        self.phase("integrate", self.facts.attempts, format!("{} file(s)", changes.changes.len()));
+        let integrated = self.ws.integrate(changes).map_err(|e| match e {
+            IntegrateError::Conflict(files) => Failure::failed(format!(
+                "conflict: {} changed in the project while the task ran; nothing was integrated (the patch is in {})",
+                files.join(", "),
+                patch.display()
+            )),
+            e => Failure::failed(format!("{e}; nothing was integrated")),
+        })?;
+        for cmd in &self.runner.plan.project.config.build {
+            self.phase("build", self.facts.attempts, cmd.clone());
+            if let Err((why, tail)) = self.build(cmd) {
+                crate::workspace::rollback(&self.runner.plan.project.root, &integrated);
+                return Err(Failure::failed(format!(
+                    "build command `{cmd}` failed after integration ({why}); the change was taken back out"
+                ))
+                .with_tail(tail));
+            }
+        }
+        Ok(())
+    }
+
+    /// One `build` command in the user's tree: why it failed, and the end
+    /// of its output.
+    fn build(&self, cmd: &str) -> Result<(), (String, String)> {
+        let project = &self.runner.plan.project;
+        let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), cmd.into()];
+        let mut c = process::Command::new(argv, project.root.clone());
+        c.env = self.base_env.clone();
+        c.transcript = Some(self.record.join("build.log"));
+        c.timeout = Some(accept::DEFAULT_TIMEOUT);
+        match process::run(&c, &self.runner.redactor, &self.runner.cancel) {
+            Ok(f) if f.success() => Ok(()),
+            Ok(f) => Err((f.describe(), f.tail)),
+            Err(e) => Err((e.to_string(), String::new())),
+        }
+    }
+}

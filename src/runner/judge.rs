@@ -1,0 +1,121 @@
+//! How an agent run ended, and the review of its change: fine (on to
+//! acceptance), or a problem the agent gets another iteration for.
+
+use crate::changes::ChangeSet;
+use crate::review::{self, Review, ReviewInput};
+use crate::text::tail_lines;
+
+use super::attempt::Ran;
+use super::{FEEDBACK_LIMIT, Failure, TaskContext};
+
+/// An agent's run, judged.
+pub enum Judged {
+    Fine(ChangeSet),
+    Problem {
+        reason: String,
+        /// What the agent is told in its next iteration.
+        feedback: String,
+        /// The change it made, when it was reviewed.
+        changes: Option<ChangeSet>,
+    },
+}
+
+impl TaskContext<'_> {
+    /// How the agent ended and what its change looks like: the change, or
+    /// the reason to go back to the agent and what to tell it.
+    pub fn judge(&mut self, attempt: u32, ran: &Ran) -> Result<Judged, Failure> {
+        if let Some(problem) = run_problem(ran) {
+            return Ok(problem);
+        }
+        // What changed.
+        self.phase("review", attempt, "");
+        let changes = self.read_changes()?;
+        self.facts.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
+        let review = self.review(&changes);
+        let _ = std::fs::write(
+            self.record.join(format!("review-{attempt}.json")),
+            serde_json::to_vec_pretty(&review).unwrap_or_default(),
+        );
+        for w in review.findings.iter().filter(|f| f.severity == review::Severity::Warning) {
+            self.note(format!("review: {}", w.message));
+        }
+        if review.rejected() {
+            return Ok(Judged::Problem {
+                reason: review_reason(&review, self.read_only),
+                feedback: review.feedback(),
+                changes: Some(changes),
+            });
+        }
+        Ok(Judged::Fine(changes))
+    }
+
+    /// The review of `changes` (SPEC 3.6), and of the secrets written into
+    /// them.
+    fn review(&self, changes: &ChangeSet) -> Review {
+        let t = self.t;
+        let mut review = review::review(
+            changes,
+            &ReviewInput {
+                scope: &t.key.spec.scope,
+                sandbox: t.sandbox,
+                kind: t.task.kind,
+                constraints: &t.task.constraints,
+                project_has_tests: project_has_tests(&self.runner.plan.project.root),
+            },
+        );
+        // The value of a secret variable of cassist's own environment,
+        // written into a file, is a leak whatever its shape.
+        let redactor = &self.runner.redactor;
+        for c in &changes.changes {
+            if c.new.as_deref().is_some_and(|b| redactor.contains_secret(b))
+                && !c.old.as_deref().is_some_and(|b| redactor.contains_secret(b))
+            {
+                review.findings.push(review::Finding {
+                    rule: review::Rule::Secret,
+                    severity: review::Severity::Reject,
+                    path: Some(c.path.clone()),
+                    message: format!(
+                        "the value of a secret environment variable was written into {}: remove it and read the value from the environment instead",
+                        c.path
+                    ),
+                });
+            }
+        }
+        review
+    }
+}
+
+/// A run that failed, or whose tool calls failed: the problem, before any
+/// review.
+fn run_problem(ran: &Ran) -> Option<Judged> {
+    if ran.finished.success() && ran.soft_failure.is_none() {
+        return None;
+    }
+    let why = match &ran.soft_failure {
+        Some(m) if ran.finished.success() => format!("the agent's tool calls failed ({m})"),
+        _ => format!("the agent exited with {}", ran.finished.describe()),
+    };
+    let feedback =
+        format!("{why}. The end of its output:\n\n```\n{}\n```\n", tail_lines(&ran.finished.tail, FEEDBACK_LIMIT));
+    Some(Judged::Problem { reason: why, feedback, changes: None })
+}
+
+fn review_reason(review: &Review, read_only: bool) -> String {
+    let first = review.findings.iter().find(|f| f.severity == review::Severity::Reject);
+    let prefix = if review.security_issue() {
+        "rejected as a security issue"
+    } else if read_only {
+        "rejected: a read-only task changed files"
+    } else {
+        "rejected by review"
+    };
+    match first {
+        Some(f) => format!("{prefix}: {}", f.message),
+        None => prefix.to_owned(),
+    }
+}
+
+fn project_has_tests(root: &std::path::Path) -> bool {
+    let files = crate::workspace::project_files(root);
+    review::has_tests(files.iter().map(|(p, _)| p.as_str()))
+}

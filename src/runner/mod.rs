@@ -1,0 +1,259 @@
+//! One task, from prompt to an integrated, verified change (SPEC 3):
+//! workspace → setup → prompt → agent → review → acceptance → (feedback |
+//! split) → integrate → build → record.
+//!
+//! The runner holds no global state: everything it needs comes in a
+//! [`Runner`], everything it did goes out as a [`TaskResult`] and events.
+//! Each step is a file: [`setup`], [`attempt`] (one agent run, with
+//! [`agents`] for the failover chain and [`writable`] for its Landlock
+//! paths), [`judge`], [`acceptance`], [`integrate`], and the loops that
+//! drive them, [`whole_loop`] and [`split_loop`]; [`replay`] applies a
+//! stored change instead. They work on one task's [`TaskContext`] and fail
+//! with a [`Failure`]; the task's report is made from how it went in one
+//! place, [`Ending::into_result`].
+
+mod acceptance;
+mod agents;
+mod attempt;
+mod context;
+mod failure;
+mod integrate;
+mod judge;
+mod replay;
+mod setup;
+mod split_loop;
+mod whole_loop;
+mod writable;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use crate::changes::ChangeSet;
+use crate::event::{Event, Events, TaskEnd, TaskState};
+use crate::plan::{Plan, PlannedTask};
+use crate::process::{Cancel, Redactor};
+use crate::split::Part;
+use crate::text::truncate_chars;
+use crate::workspace::{Mode, Workspace};
+
+pub use agents::instructions_name;
+use context::{Facts, TaskContext};
+pub use failure::Failure;
+
+/// Summaries of explore/review tasks are cut to this length (SPEC 1).
+pub const SUMMARY_LIMIT: usize = 1000;
+/// Feedback to the agent is cut to about this many bytes (SPEC 3.7).
+pub const FEEDBACK_LIMIT: usize = 4096;
+
+/// What the runner hands back for one task: how it ended, and what the
+/// scheduler records of it.
+#[derive(Debug)]
+pub struct TaskResult {
+    pub end: TaskEnd,
+    /// Where everything of this task was recorded.
+    pub record_dir: Option<PathBuf>,
+    /// The change that was integrated.
+    pub changes: Option<ChangeSet>,
+    /// The parts a split task passed with, in order (recorded, so that it
+    /// starts split next time).
+    pub split: Vec<Part>,
+}
+
+impl TaskResult {
+    pub fn new(end: TaskEnd) -> TaskResult {
+        TaskResult { end, record_dir: None, changes: None, split: Vec::new() }
+    }
+}
+
+/// Everything one task run needs; shared by the tasks running at once.
+pub struct Runner {
+    pub plan: Arc<Plan>,
+    /// The cassist binary (it runs the workspace wrapper).
+    pub exe: PathBuf,
+    /// Where workspaces are made (outside the project).
+    pub workspaces: PathBuf,
+    pub mode: Mode,
+    /// `.cassist/runs/<id>/`: records of this run.
+    pub run_dir: PathBuf,
+    pub keep_workspace: bool,
+    /// Whether Landlock can be used here (probed once by the caller).
+    pub landlock: bool,
+    pub redactor: Arc<Redactor>,
+    pub cancel: Cancel,
+    pub events: Events,
+    /// `--max-cost`: no agent starts once the spend reaches it.
+    pub max_cost: Option<f64>,
+    /// What agents reported spending in this run, in micro-dollars.
+    pub spent: AtomicU64,
+    /// Written while a change goes into the user's tree (one at a time);
+    /// read while the tree is read whole: a workspace's starting state, a
+    /// task's hash.
+    pub integration: std::sync::RwLock<()>,
+}
+
+/// A task that passed: its state, and what the scheduler records.
+pub struct Done {
+    /// [`TaskState::Passed`] or [`TaskState::Replayed`].
+    pub state: TaskState,
+    /// The change that was integrated.
+    pub changes: ChangeSet,
+    /// The parts a split task passed with.
+    pub split: Vec<Part>,
+}
+
+/// How a task went: what it did, how it ended, and its workspace (kept for
+/// inspection after a failure, when asked).
+pub struct Ending {
+    facts: Facts,
+    outcome: Result<Done, Failure>,
+    workspace: Option<Workspace>,
+}
+
+impl Ending {
+    /// A task that failed before it had a workspace.
+    fn early(facts: Facts, failure: Failure) -> Ending {
+        Ending { facts, outcome: Err(failure), workspace: None }
+    }
+
+    /// The one place a task's result is made: `base` (the task as
+    /// planned) with what it did and how it ended. `keep_workspace` is
+    /// `--keep-workspace`.
+    pub fn into_result(self, base: TaskEnd, keep_workspace: bool) -> TaskResult {
+        let Ending { facts, outcome, workspace } = self;
+        let mut end = base;
+        let report = &mut end.report;
+        if let Some(agent) = facts.agent {
+            report.agent = agent;
+        }
+        report.attempts = facts.attempts;
+        report.cost_usd = facts.cost_usd;
+        report.changed_files = facts.changed_files;
+        report.acceptance = facts.acceptance;
+        report.summary = facts.summary;
+        report.subtasks = facts.subtasks;
+        end.transcript = facts.transcript;
+        match outcome {
+            Ok(done) => {
+                end.report.state = done.state;
+                TaskResult { end, record_dir: None, changes: Some(done.changes), split: done.split }
+            }
+            Err(f) => {
+                end.report.state = f.state;
+                end.report.reason = Some(f.reason);
+                end.tail = f.tail;
+                end.interrupted = f.interrupted;
+                if let Some(mut ws) = workspace
+                    && (keep_workspace || f.keep_workspace)
+                    && !f.interrupted
+                {
+                    end.kept_workspace = Some(ws.keep());
+                }
+                TaskResult::new(end)
+            }
+        }
+    }
+}
+
+impl Runner {
+    /// What agents reported spending so far in this run.
+    pub fn spent_usd(&self) -> f64 {
+        self.spent.load(Ordering::SeqCst) as f64 / 1e6
+    }
+
+    /// Whether `--max-cost` forbids starting another agent.
+    pub fn budget_reached(&self) -> bool {
+        self.max_cost.is_some_and(|max| self.spent_usd() >= max)
+    }
+
+    /// No agent starts once `--max-cost` is reached.
+    fn check_budget(&self) -> Result<(), Failure> {
+        if !self.budget_reached() {
+            return Ok(());
+        }
+        Err(Failure::failed(format!(
+            "--max-cost reached: agents reported ${:.2} of ${:.2}; no further agent run was started",
+            self.spent_usd(),
+            self.max_cost.unwrap_or_default()
+        )))
+    }
+
+    fn event(&self, e: Event<'_>) {
+        (self.events)(e)
+    }
+
+    fn phase(&self, task: &str, phase: &'static str, attempt: u32, detail: impl Into<String>) {
+        self.event(Event::Phase { task, phase, attempt, detail: detail.into() });
+    }
+
+    /// Runs one task. `summaries` are the findings of its explore/review
+    /// dependencies; `recorded_split` the parts it was last split into, if
+    /// it was (it then starts split).
+    pub fn run_task(&self, t: &PlannedTask, summaries: &[(String, String)], recorded_split: &[Part]) -> TaskResult {
+        self.recorded(t, Facts::default(), |record, facts| {
+            // The agent: the first of its candidates that is installed.
+            let project = &self.plan.project;
+            let agents = match agents::resolve(&project.config, &project.root, &t.agent) {
+                Ok(agents) => agents,
+                Err(f) => return Ending::early(facts, f),
+            };
+            let ws = match self.create_workspace(t) {
+                Ok(ws) => ws,
+                Err(f) => return Ending::early(facts, f),
+            };
+            let mut task = TaskContext::new(self, t, record, ws, agents, facts);
+            let outcome = task.run(summaries, recorded_split);
+            Ending { facts: task.facts, outcome, workspace: Some(task.ws) }
+        })
+    }
+
+    /// Replays a recorded change (SPEC 4 `replay`): no agent; the stored
+    /// patch is applied in a fresh workspace, acceptance is verified, and
+    /// the change is integrated.
+    pub fn replay_task(&self, t: &PlannedTask, entry: &crate::store::Entry) -> TaskResult {
+        let facts = Facts { agent: Some(entry.agent.clone()), summary: entry.summary.clone(), ..Facts::default() };
+        self.recorded(t, facts, |record, facts| {
+            let ws = match self.create_workspace(t) {
+                Ok(ws) => ws,
+                Err(f) => return Ending::early(facts, f),
+            };
+            let mut task = TaskContext::new(self, t, record, ws, Vec::new(), facts);
+            let outcome =
+                task.replay(entry).map(|changes| Done { state: TaskState::Replayed, changes, split: Vec::new() });
+            // A replay's workspace is never kept.
+            Ending { facts: task.facts, outcome, workspace: None }
+        })
+    }
+
+    /// Runs `body` with the task's record folder, timed; the report goes
+    /// into the folder as `report.json`.
+    fn recorded(&self, t: &PlannedTask, facts: Facts, body: impl FnOnce(&Path, Facts) -> Ending) -> TaskResult {
+        let start = Instant::now();
+        let record = self.run_dir.join(&t.task.name);
+        if let Err(e) = std::fs::create_dir_all(&record) {
+            let failure = Failure::failed(format!("cannot create {}: {e}", record.display()));
+            return Ending::early(facts, failure).into_result(t.end(), self.keep_workspace);
+        }
+        let mut result = body(&record, facts).into_result(t.end(), self.keep_workspace);
+        result.record_dir = Some(record.clone());
+        let report = &mut result.end.report;
+        report.duration_ms = start.elapsed().as_millis() as u64;
+        if let Some(s) = &report.summary {
+            report.summary = Some(truncate_chars(s, SUMMARY_LIMIT));
+        }
+        if let Ok(json) = serde_json::to_vec_pretty(report) {
+            let _ = crate::store::write_atomic(&record.join("report.json"), &json);
+        }
+        result
+    }
+
+    /// The task's workspace, made while no change is being integrated.
+    fn create_workspace(&self, t: &PlannedTask) -> Result<Workspace, Failure> {
+        let name = t.task.name.as_str();
+        self.phase(name, "workspace", 0, self.mode.as_str());
+        let _no_integration = self.integration.read().unwrap_or_else(|e| e.into_inner());
+        Workspace::create(&self.exe, &self.plan.project.root, &self.workspaces, self.mode, name)
+            .map_err(|e| Failure::failed(format!("cannot create the workspace: {e}")))
+    }
+}

@@ -1,0 +1,47 @@
+//! Replay of a recorded change (SPEC 4 `replay`): no agent; the stored
+//! change is written in a fresh workspace, acceptance is verified, and the
+//! change is integrated.
+
+use crate::changes::ChangeSet;
+use crate::process;
+use crate::store::Entry;
+
+use super::{Failure, TaskContext};
+
+impl TaskContext<'_> {
+    /// Replays `entry`'s change; the change that was integrated.
+    pub fn replay(&mut self, entry: &Entry) -> Result<ChangeSet, Failure> {
+        self.phase("replay", 0, format!("{} file(s)", entry.changes.len()));
+        self.write_stored_change(entry)?;
+        let changes = self.read_changes()?;
+        self.facts.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
+        if let Some(f) = self.acceptance(1)? {
+            return Err(Failure::failed(format!(
+                "the replayed change no longer passes: acceptance command `{}` failed; run with --no-cache to call the agent",
+                f.command
+            ))
+            .with_tail(f.tail));
+        }
+        self.integrate_and_build(&changes)?;
+        Ok(changes)
+    }
+
+    /// The stored change is written inside the workspace (a helper run
+    /// through the wrapper, so deletions are real there too).
+    fn write_stored_change(&self, entry: &Entry) -> Result<(), Failure> {
+        let cannot = |e: &dyn std::fmt::Display| Failure::failed(format!("cannot replay the stored change: {e}"));
+        let spec = self.ws.io_dir().map_err(|e| cannot(&e))?.join("replay.json");
+        let doc = serde_json::json!({"store": self.runner.plan.store.dir(), "changes": entry.changes});
+        std::fs::write(&spec, serde_json::to_vec(&doc).unwrap_or_default()).map_err(|e| cannot(&e))?;
+        let exe = self.runner.exe.clone().into_os_string();
+        let argv = self.ws.wrap(vec![exe, "__apply-changes".into(), spec.into_os_string()]).map_err(|e| cannot(&e))?;
+        let mut c = process::Command::new(argv, self.ws.dir.clone());
+        c.env = self.base_env.clone();
+        c.transcript = Some(self.record.join("replay.log"));
+        match process::run(&c, &self.runner.redactor, &self.runner.cancel) {
+            Ok(f) if f.success() => Ok(()),
+            Ok(f) => Err(cannot(&f.describe()).with_tail(f.tail)),
+            Err(e) => Err(cannot(&e)),
+        }
+    }
+}
