@@ -257,3 +257,58 @@ impl Runner {
             .map_err(|e| Failure::failed(format!("cannot create the workspace: {e}")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{AcceptanceReport, Location};
+
+    fn base() -> TaskEnd {
+        TaskEnd::new("fix", "h1", "claude", Location { file: "tasks/fix.kdl".into(), line: 3 })
+    }
+
+    fn facts() -> Facts {
+        Facts {
+            agent: Some("codex".into()),
+            attempts: 2,
+            cost_usd: Some(0.5),
+            transcript: Some(PathBuf::from("/r/transcript-2.log")),
+            changed_files: vec!["a.py".into()],
+            acceptance: vec![AcceptanceReport { command: "make test".into(), exit_code: Some(1), passed: false }],
+            summary: Some("tried".into()),
+            subtasks: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_failure_becomes_the_tasks_state_reason_and_tail() {
+        let failure = Failure::blocked("too large").with_tail("Killed\n").keeping_workspace();
+        let r = Ending::early(facts(), failure).into_result(base(), true);
+        let end = &r.end;
+        assert_eq!((end.report.state, end.report.reason.as_deref()), (TaskState::Blocked, Some("too large")));
+        assert_eq!((end.tail.as_str(), end.interrupted, &end.kept_workspace), ("Killed\n", false, &None));
+        // What the task did is reported whatever way it ended.
+        assert_eq!((end.report.agent.as_str(), end.report.attempts, end.report.cost_usd), ("codex", 2, Some(0.5)));
+        assert_eq!(end.report.changed_files, ["a.py"]);
+        assert_eq!(end.report.acceptance.len(), 1);
+        assert_eq!(end.report.summary.as_deref(), Some("tried"));
+        assert_eq!(end.transcript.as_deref(), Some(Path::new("/r/transcript-2.log")));
+        assert_eq!((end.report.name.as_str(), end.location.line), ("fix", 3));
+        assert!(r.changes.is_none() && r.split.is_empty() && r.record_dir.is_none());
+
+        let r = Ending::early(Facts::default(), Failure::interrupted()).into_result(base(), true);
+        assert_eq!((r.end.report.state, r.end.interrupted), (TaskState::Failed, true));
+        // No agent ran: the planned one is reported.
+        assert_eq!((r.end.report.agent.as_str(), r.end.report.attempts), ("claude", 0));
+    }
+
+    #[test]
+    fn a_task_that_passed_hands_over_its_change_and_parts() {
+        let done = Done { state: TaskState::Passed, changes: ChangeSet::default(), split: vec![Part::whole()] };
+        let r = Ending { facts: facts(), outcome: Ok(done), workspace: None }.into_result(base(), true);
+        assert_eq!((r.end.report.state, r.end.report.reason.as_deref()), (TaskState::Passed, None));
+        assert_eq!((r.end.tail.as_str(), r.end.interrupted), ("", false));
+        assert!(r.changes.is_some());
+        assert_eq!(r.split, [Part::whole()]);
+    }
+}

@@ -157,7 +157,7 @@ impl TaskContext<'_> {
     /// A part's agent ran to its end: judged; it passes, goes again with
     /// feedback, or, in the last iteration, fails the task.
     fn part_ran(&mut self, parts: &mut Parts<'_>, current: Current, ran: Ran) -> Result<(), Failure> {
-        parts.ran(current.idx, &ran);
+        parts.ran(current.idx, ran.summary.clone(), ran.cost_usd);
         let (changes, problem) = match self.judge(current.attempt, &ran)? {
             Judged::Fine(changes) => (Some(changes), None),
             Judged::Problem { reason, feedback, changes } => (changes, Some((reason, feedback))),
@@ -183,11 +183,11 @@ impl<'f> Parts<'f> {
     }
 
     /// A run of part `idx` ended: counted, with its summary and cost.
-    fn ran(&mut self, idx: usize, ran: &Ran) {
+    fn ran(&mut self, idx: usize, summary: Option<String>, cost_usd: Option<f64>) {
         let node = &mut self.tree.nodes[idx].report;
         node.attempts += 1;
-        node.summary = ran.summary.clone();
-        add_cost(node, ran.cost_usd);
+        node.summary = summary;
+        add_cost(node, cost_usd);
     }
 
     /// Part `idx` was killed or timed out: counted, and marked split;
@@ -292,4 +292,107 @@ fn changed_between(before: &Fingerprint, after: &Fingerprint) -> Vec<String> {
         .collect();
     changed.sort();
     changed
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::spec::Kind;
+
+    const BASE: Duration = Duration::from_secs(10);
+
+    fn files() -> Vec<String> {
+        vec!["a.py".to_owned(), "b.py".to_owned()]
+    }
+
+    fn parts(files: &[String]) -> Parts<'_> {
+        let first = Part::whole().children(files, Kind::Code).into_iter().map(|p| (p, Vec::new())).collect();
+        Parts::new(Tree::new(first, "two", BASE), files)
+    }
+
+    fn killed(cost_usd: Option<f64>) -> Oversized {
+        Oversized {
+            what: "killed",
+            elapsed: Duration::from_millis(2500),
+            detail: "killed by signal 9 (SIGKILL)".into(),
+            tail: "Killed\n".into(),
+            cost_usd,
+        }
+    }
+
+    fn fp(entries: &[(&str, &str)]) -> Fingerprint {
+        entries.iter().map(|(p, c)| ((*p).to_owned(), blake3::hash(c.as_bytes()))).collect()
+    }
+
+    #[test]
+    fn a_part_that_passes_moves_the_loop_on() {
+        let files = files();
+        let mut p = parts(&files);
+        let a = p.tree.queue[0];
+        p.tree.current = Some(a);
+        p.feedback = Some("fix a".into());
+        p.ran(a, Some(" did a \n".into()), Some(0.5));
+        p.ran(a, None, Some(0.25));
+        p.changed(a, &fp(&[("x", "1"), ("gone", "g")]), &fp(&[("x", "2"), ("a.py", "new")]));
+        p.passed(a);
+        assert_eq!((p.pos, p.tree.current, p.feedback.as_deref()), (1, None, None));
+        let node = &p.tree.nodes[a].report;
+        assert_eq!((node.state, node.attempts, node.cost_usd), (PartState::Passed, 2, Some(0.75)));
+        assert_eq!(node.changed_files, ["a.py", "gone", "x"]);
+        assert_eq!(p.summary(), None);
+
+        let b = p.tree.queue[1];
+        p.ran(b, Some("did b".into()), None);
+        p.tree.nodes[a].report.summary = Some(" did a \n".into());
+        assert_eq!(p.summary().as_deref(), Some("a.py: did a\nb.py: did b"));
+    }
+
+    #[test]
+    fn a_killed_part_is_split_until_the_last_round() {
+        let files = files();
+        let mut p = parts(&files);
+        let b = p.tree.queue[1];
+        assert!(p.oversized(b, &killed(Some(1.0))));
+        let node = &p.tree.nodes[b].report;
+        assert_eq!((node.state, node.attempts, node.cost_usd), (PartState::Split, 1, Some(1.0)));
+        assert_eq!(node.reason.as_deref(), Some("agent killed after 2.5 s"));
+
+        let last =
+            p.tree.split(1, vec![Part { round: split::MAX_ROUNDS, ..p.tree.nodes[b].part.clone() }], "two", BASE);
+        assert!(!p.oversized(last[0], &killed(None)));
+        assert_eq!(p.tree.nodes[last[0]].report.state, PartState::Blocked);
+    }
+
+    #[test]
+    fn the_part_that_ended_the_task_says_why() {
+        let files = files();
+        let mut p = parts(&files);
+        let (a, b) = (p.tree.queue[0], p.tree.queue[1]);
+        p.failed(a, "rejected by review");
+        p.tree.current = Some(a);
+        let reports = p.close(Some(&Failure::failed("two/a.py: rejected by review")));
+        assert_eq!(reports[0].state, PartState::Failed);
+        assert_eq!(reports[0].reason.as_deref(), Some("two/a.py: rejected by review"));
+        assert_eq!(reports[1].state, PartState::Skipped);
+
+        // A part that was split or blocked keeps its own state and reason.
+        p.tree.current = Some(b);
+        assert!(p.oversized(b, &killed(None)));
+        let reports = p.close(Some(&Failure::interrupted()));
+        assert_eq!(
+            (reports[1].state, reports[1].reason.as_deref()),
+            (PartState::Split, Some("agent killed after 2.5 s"))
+        );
+        // A blocked task blocks the part it was on; a task that passed
+        // changes nothing.
+        p.tree.current = Some(a);
+        p.tree.nodes[a].report.state = PartState::Skipped;
+        assert_eq!(p.close(Some(&Failure::blocked("no")))[0].state, PartState::Blocked);
+        p.tree.current = Some(a);
+        p.tree.nodes[a].report.state = PartState::Passed;
+        assert_eq!(p.close(None)[0].state, PartState::Passed);
+        assert_eq!(p.tree.current, None);
+    }
 }
