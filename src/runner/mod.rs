@@ -94,18 +94,18 @@ pub struct Runner {
 }
 
 /// A task that passed: its state, and what the scheduler records.
-pub struct Done {
+struct Done {
     /// [`TaskState::Passed`] or [`TaskState::Replayed`].
-    pub state: TaskState,
+    state: TaskState,
     /// The change that was integrated.
-    pub changes: ChangeSet,
+    changes: ChangeSet,
     /// The parts a split task passed with.
-    pub split: Vec<Part>,
+    split: Vec<Part>,
 }
 
 /// How a task went: what it did, how it ended, and its workspace (kept for
 /// inspection after a failure, when asked).
-pub struct Ending {
+struct Ending {
     facts: Facts,
     outcome: Result<Done, Failure>,
     workspace: Option<Workspace>,
@@ -120,7 +120,7 @@ impl Ending {
     /// The one place a task's result is made: `base` (the task as
     /// planned) with what it did and how it ended. `keep_workspace` is
     /// `--keep-workspace`.
-    pub fn into_result(self, base: TaskEnd, keep_workspace: bool) -> TaskResult {
+    fn into_result(self, base: TaskEnd, keep_workspace: bool) -> TaskResult {
         let Ending { facts, outcome, workspace } = self;
         let mut end = base;
         let report = &mut end.report;
