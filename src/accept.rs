@@ -10,8 +10,6 @@ use std::time::Duration;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use crate::spec::duration::format_duration;
-
 /// Default timeout of an acceptance command (SPEC 3.6).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -266,7 +264,7 @@ fn tail_at_line(text: &str, limit: usize) -> (&str, bool) {
 pub fn feedback(result: &AcceptanceResult, limit: usize) -> String {
     let status = if result.timed_out {
         let secs = (result.duration_ms + 500) / 1000;
-        format!("was stopped at its timeout after {}", format_duration(Duration::from_secs(secs)))
+        format!("was stopped at its timeout after {}", crate::text::duration(Duration::from_secs(secs)))
     } else {
         match result.exit_code {
             Some(0) if result.passed => "passed".to_owned(),

@@ -458,36 +458,12 @@ impl Finished {
                 Err(_) => format!("killed by signal {sig}"),
             },
             Outcome::TimedOut => match self.timeout {
-                Some(t) => format!("timed out after {}", human_duration(t)),
+                Some(t) => format!("timed out after {}", crate::text::duration(t)),
                 None => "timed out".to_owned(),
             },
             Outcome::Cancelled => "cancelled".to_owned(),
         }
     }
-}
-
-/// `200ms`, `1.5s`, `45s`, `3m`, `3m20s`, `1h`, `1h5m`.
-pub fn human_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    let secs = d.as_secs();
-    if secs < 60 {
-        return if ms.is_multiple_of(1000) { format!("{secs}s") } else { format!("{:.1}s", d.as_secs_f64()) };
-    }
-    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
-    let mut out = String::new();
-    if h > 0 {
-        let _ = write!(out, "{h}h");
-    }
-    if m > 0 {
-        let _ = write!(out, "{m}m");
-    }
-    if s > 0 && h == 0 {
-        let _ = write!(out, "{s}s");
-    }
-    out
 }
 
 // ---------------------------------------------------------------------------
@@ -1487,17 +1463,6 @@ mod tests {
         let shown = format!("{c:?}");
         assert!(shown.contains("API_TOKEN") && shown.contains("6 bytes"), "{shown}");
         assert!(!shown.contains("tok-123456") && !shown.contains("prompt"), "{shown}");
-    }
-
-    #[test]
-    fn durations_read_well() {
-        assert_eq!(human_duration(ms(200)), "200ms");
-        assert_eq!(human_duration(ms(1500)), "1.5s");
-        assert_eq!(human_duration(Duration::from_secs(45)), "45s");
-        assert_eq!(human_duration(Duration::from_secs(180)), "3m");
-        assert_eq!(human_duration(Duration::from_secs(200)), "3m20s");
-        assert_eq!(human_duration(Duration::from_secs(3900)), "1h5m");
-        assert_eq!(human_duration(Duration::from_secs(3600)), "1h");
     }
 
     #[test]

@@ -273,12 +273,6 @@ pub fn with_section(prompt: &str, section: &str) -> String {
     }
 }
 
-/// The time a killed part ran, in the words of the final message.
-pub fn seconds(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s >= 10.0 { format!("{s:.0} s") } else { format!("{s:.1} s") }
-}
-
 /// The split tree of one task while it runs: every part ever made, the
 /// order the leaves run in, and what happened to each.
 #[derive(Debug, Default)]

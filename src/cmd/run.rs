@@ -305,7 +305,7 @@ fn print_summary(out: &Output, ends: &[TaskEnd], run_dir: &Path) {
             state,
             r.agent.clone(),
             r.attempts.to_string(),
-            format!("{:.1}s", r.duration_ms as f64 / 1000.0),
+            crate::text::duration_ms(r.duration_ms),
             r.cost_usd.map_or("-".to_owned(), |c| format!("${c:.2}")),
         ]);
         subtask_rows(out, &mut table, &r.subtasks, 1);
@@ -347,7 +347,7 @@ fn subtask_rows(out: &Output, table: &mut Table, subtasks: &[SubtaskReport], dep
             state,
             String::new(),
             s.attempts.to_string(),
-            format!("{:.1}s", s.duration_ms as f64 / 1000.0),
+            crate::text::duration_ms(s.duration_ms),
             s.cost_usd.map_or("-".to_owned(), |c| format!("${c:.2}")),
         ]);
         subtask_rows(out, table, &s.subtasks, depth + 1);

@@ -14,7 +14,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 use crate::cli::OutputLogs;
 use crate::event::{Event, Events, TaskEnd, TaskState};
@@ -223,7 +223,9 @@ impl Screen {
                     bar: multi.map(|m| {
                         let bar = m.add(ProgressBar::new_spinner());
                         bar.set_style(
-                            ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                            ProgressStyle::with_template(template)
+                                .unwrap_or_else(|_| ProgressStyle::default_spinner())
+                                .with_key("elapsed", elapsed),
                         );
                         bar.set_prefix(task.to_owned());
                         bar.enable_steady_tick(Duration::from_millis(120));
@@ -289,6 +291,12 @@ impl Screen {
     }
 }
 
+/// The `{elapsed}` of a running task's line: whole seconds, written as
+/// every other duration is.
+fn elapsed(state: &ProgressState, w: &mut dyn std::fmt::Write) {
+    let _ = w.write_str(&crate::text::duration(Duration::from_secs(state.elapsed().as_secs())));
+}
+
 /// The line of a finished task (stdout).
 pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
     let r = &end.report;
@@ -319,7 +327,7 @@ pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
         return;
     }
     let state = out.state(r.state);
-    let mut line = format!("{} {state} in {:.1}s", r.name, r.duration_ms as f64 / 1000.0);
+    let mut line = format!("{} {state} in {}", r.name, crate::text::duration_ms(r.duration_ms));
     if !r.changed_files.is_empty() && r.state.is_success() {
         line.push_str(&format!(", integrated {} file(s): {}", r.changed_files.len(), r.changed_files.join(", ")));
     }

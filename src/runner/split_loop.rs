@@ -128,7 +128,7 @@ impl TaskContext<'_> {
                 split::MAX_ROUNDS,
                 o.what,
                 part.describe(),
-                split::seconds(o.elapsed)
+                crate::text::duration(o.elapsed)
             ))
             .with_tail(o.tail)
             .keeping_workspace());
@@ -148,7 +148,7 @@ impl TaskContext<'_> {
                 o.detail,
                 part.round + 1,
                 split::MAX_ROUNDS,
-                crate::process::human_duration(next)
+                crate::text::duration(next)
             ),
         );
         Ok(())
@@ -198,7 +198,7 @@ impl<'f> Parts<'f> {
         node.attempts += 1;
         add_cost(node, o.cost_usd);
         node.state = PartState::Split;
-        node.reason = Some(format!("agent {} after {}", o.what, split::seconds(o.elapsed)));
+        node.reason = Some(format!("agent {} after {}", o.what, crate::text::duration(o.elapsed)));
         if round >= split::MAX_ROUNDS {
             node.state = PartState::Blocked;
             return false;
@@ -357,7 +357,7 @@ mod tests {
         assert!(p.oversized(b, &killed(Some(1.0))));
         let node = &p.tree.nodes[b].report;
         assert_eq!((node.state, node.attempts, node.cost_usd), (PartState::Split, 1, Some(1.0)));
-        assert_eq!(node.reason.as_deref(), Some("agent killed after 2.5 s"));
+        assert_eq!(node.reason.as_deref(), Some("agent killed after 2.5s"));
 
         let last =
             p.tree.split(1, vec![Part { round: split::MAX_ROUNDS, ..p.tree.nodes[b].part.clone() }], "two", BASE);
@@ -383,7 +383,7 @@ mod tests {
         let reports = p.close(Some(&Failure::interrupted()));
         assert_eq!(
             (reports[1].state, reports[1].reason.as_deref()),
-            (PartState::Split, Some("agent killed after 2.5 s"))
+            (PartState::Split, Some("agent killed after 2.5s"))
         );
         // A blocked task blocks the part it was on; a task that passed
         // changes nothing.

@@ -105,7 +105,7 @@ impl TaskContext<'_> {
                 o.detail,
                 tree.queue.len(),
                 split::MAX_ROUNDS,
-                crate::process::human_duration(next)
+                crate::text::duration(next)
             ),
         );
         Parts::new(tree, files)

@@ -67,19 +67,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Renders a duration the way it is written in task files.
-pub fn format_duration(d: Duration) -> String {
-    let mut ms = d.as_millis();
-    let mut out = String::new();
-    for (unit, size) in [("h", 3_600_000u128), ("m", 60_000), ("s", 1_000), ("ms", 1)] {
-        if ms >= size {
-            out.push_str(&format!("{}{unit}", ms / size));
-            ms %= size;
-        }
-    }
-    if out.is_empty() { "0s".into() } else { out }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,7 +89,7 @@ mod tests {
     #[test]
     fn formats_back() {
         for s in ["90ms", "1m30s", "1h", "2h5m7s"] {
-            assert_eq!(format_duration(parse_duration(s).unwrap()), s);
+            assert_eq!(crate::text::duration(parse_duration(s).unwrap()), s);
         }
     }
 }
