@@ -6,39 +6,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use serde::Serialize;
-
 use crate::cli::RunArgs;
-use crate::event::{PartState, SubtaskReport, TaskEnd, TaskReport, TaskState};
 use crate::exit;
 use crate::plan::{Plan, PlannedTask, State};
 use crate::process::{Cancel, Redactor};
-use crate::report::Output;
 use crate::report::progress::{Reporter, Style};
-use crate::report::table::Table;
+use crate::report::{self, Output};
 use crate::runner::Runner;
 use crate::scheduler;
 use crate::workspace::detect_mode;
-
-/// The `--report-json` document (SPEC 5).
-#[derive(Serialize)]
-pub struct RunReport<'a> {
-    pub tasks: Vec<&'a TaskReport>,
-    pub passed: usize,
-    pub failed: usize,
-    pub blocked: usize,
-    pub cached: usize,
-}
-
-impl<'a> RunReport<'a> {
-    pub fn new(ends: &'a [TaskEnd]) -> RunReport<'a> {
-        let tasks: Vec<&TaskReport> = ends.iter().map(|e| &e.report).collect();
-        let count = |s: &[TaskState]| tasks.iter().filter(|t| s.contains(&t.state)).count();
-        let (passed, failed) = (count(&[TaskState::Passed]), count(&[TaskState::Failed]));
-        let (blocked, cached) = (count(&[TaskState::Blocked]), count(&[TaskState::UpToDate, TaskState::Replayed]));
-        RunReport { tasks, passed, failed, blocked, cached }
-    }
-}
 
 pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
     // Task files and config are read and checked first: invalid input ends
@@ -179,27 +155,15 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
     }
     plan.save_caches();
     crate::plan::timing("final hashes");
-    if !out.quiet || reports.iter().any(|r| !r.state().is_success()) {
-        print_summary(out, &reports, &run_dir);
-    }
+    report::summary::print(out, &reports, &run_dir);
     if let Some(path) = &args.report_json {
-        let doc = RunReport::new(&reports);
-        let json = serde_json::to_vec_pretty(&doc).unwrap_or_default();
-        if let Err(e) = crate::store::write_atomic(path, &json) {
-            eprintln!("error: cannot write {}: {e}", path.display());
-        }
+        write_report(path, &report::json::render(&reports));
     }
     if let Some(path) = &args.junit {
-        let xml = crate::report::junit::render(&reports, started.elapsed().as_secs_f64(), &crate::lock::now_rfc3339());
-        if let Err(e) = crate::store::write_atomic(path, xml.as_bytes()) {
-            eprintln!("error: cannot write {}: {e}", path.display());
-        }
+        let xml = report::junit::render(&reports, started.elapsed().as_secs_f64(), &crate::lock::now_rfc3339());
+        write_report(path, xml.as_bytes());
     }
-    if crate::report::github::active() {
-        for line in crate::report::github::annotations(&reports, &plan.project.root) {
-            crate::outln!("{line}");
-        }
-    }
+    report::github::print(&reports, &plan.project.root);
     if !needs_agent.is_empty() {
         eprintln!("--locked: {} task(s) would need an agent run:", needs_agent.len());
         for (name, why) in &needs_agent {
@@ -292,65 +256,10 @@ fn workspaces_dir(root: &Path) -> PathBuf {
     dir
 }
 
-fn print_summary(out: &Output, ends: &[TaskEnd], run_dir: &Path) {
-    let mut table = Table::new(&["TASK", "STATE", "AGENT", "ATTEMPTS", "TIME", "COST"]);
-    for r in ends.iter().map(|e| &e.report) {
-        let state = match r.state {
-            TaskState::Passed | TaskState::UpToDate | TaskState::Replayed => out.green(r.state.as_str()),
-            TaskState::Skipped => out.yellow(r.state.as_str()),
-            _ => out.red(r.state.as_str()),
-        };
-        table.row(vec![
-            r.name.clone(),
-            state,
-            r.agent.clone(),
-            r.attempts.to_string(),
-            crate::text::duration_ms(r.duration_ms),
-            r.cost_usd.map_or("-".to_owned(), |c| format!("${c:.2}")),
-        ]);
-        subtask_rows(out, &mut table, &r.subtasks, 1);
-    }
-    crate::outln!();
-    crate::out!("{}", table.render(|h| out.dim(h)));
-    for e in ends.iter().filter(|e| e.state().is_failure()) {
-        crate::outln!();
-        crate::outln!("{} {}: {}", out.red("✗"), e.name(), e.report.reason.as_deref().unwrap_or("failed"));
-        if !e.tail.trim().is_empty() {
-            let tail = crate::text::tail_lines(&e.tail, 1500);
-            for line in tail.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev() {
-                crate::outln!("    {}", out.dim(line));
-            }
-        }
-        if let Some(t) = &e.transcript {
-            crate::outln!("  transcript: {}", t.display());
-        }
-        if let Some(w) = &e.kept_workspace {
-            crate::outln!("  workspace kept: {}", w.display());
-        }
-    }
-    let passed = ends.iter().filter(|e| e.state().is_success()).count();
-    crate::outln!();
-    crate::outln!("{passed} of {} task(s) passed; records in {}", ends.len(), run_dir.display());
-}
-
-/// The parts of a split task under its row, indented by depth.
-fn subtask_rows(out: &Output, table: &mut Table, subtasks: &[SubtaskReport], depth: usize) {
-    for s in subtasks {
-        let state = s.state.as_str();
-        let state = match s.state {
-            PartState::Passed => out.green(state),
-            PartState::Split | PartState::Skipped => out.yellow(state),
-            PartState::Failed | PartState::Blocked => out.red(state),
-        };
-        table.row(vec![
-            format!("{}└ {}", "  ".repeat(depth - 1), s.name),
-            state,
-            String::new(),
-            s.attempts.to_string(),
-            crate::text::duration_ms(s.duration_ms),
-            s.cost_usd.map_or("-".to_owned(), |c| format!("${c:.2}")),
-        ]);
-        subtask_rows(out, table, &s.subtasks, depth + 1);
+/// Writes a report file; a failure is said, and the run goes on.
+fn write_report(path: &Path, bytes: &[u8]) {
+    if let Err(e) = crate::store::write_atomic(path, bytes) {
+        eprintln!("error: cannot write {}: {e}", path.display());
     }
 }
 

@@ -9,6 +9,15 @@ pub fn active() -> bool {
     std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true")
 }
 
+/// On GitHub Actions, prints the [`annotations`] of `ends` to stdout.
+pub fn print(ends: &[TaskEnd], root: &std::path::Path) {
+    if active() {
+        for line in annotations(ends, root) {
+            crate::outln!("{line}");
+        }
+    }
+}
+
 /// A task file's path as GitHub wants it: relative to the checkout
 /// (`GITHUB_WORKSPACE`), which the project root may be below.
 fn repo_path(root: &std::path::Path, file: &str) -> String {

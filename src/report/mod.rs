@@ -1,8 +1,13 @@
-//! What the user sees: diagnostics, tables, colours.
+//! What the user sees: diagnostics, tables, colours; the progress of a
+//! run and its summary, and the reports for machines (JSON, JUnit, GitHub
+//! annotations). Built from events and finished task reports only: this
+//! layer imports no runner, scheduler or planning type.
 
 pub mod github;
+pub mod json;
 pub mod junit;
 pub mod progress;
+pub mod summary;
 pub mod table;
 
 use std::io::IsTerminal;

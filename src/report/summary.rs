@@ -1,0 +1,75 @@
+//! The end of `cassist run` on stdout: a table of the tasks (the parts of a
+//! split task under its row), then each failure with the tail of its
+//! output, where its transcript is and the workspace kept, then a count.
+
+use std::path::Path;
+
+use crate::event::{PartState, SubtaskReport, TaskEnd};
+use crate::report::Output;
+use crate::report::table::Table;
+
+/// Prints the summary of `ends`; with `-q`, only when a task failed.
+pub fn print(out: &Output, ends: &[TaskEnd], run_dir: &Path) {
+    if out.quiet && ends.iter().all(|e| e.state().is_success()) {
+        return;
+    }
+    let mut table = Table::new(&["TASK", "STATE", "AGENT", "ATTEMPTS", "TIME", "COST"]);
+    for r in ends.iter().map(|e| &e.report) {
+        table.row(vec![
+            r.name.clone(),
+            out.state(r.state),
+            r.agent.clone(),
+            r.attempts.to_string(),
+            crate::text::duration_ms(r.duration_ms),
+            cost(r.cost_usd),
+        ]);
+        subtask_rows(out, &mut table, &r.subtasks, 1);
+    }
+    crate::outln!();
+    crate::out!("{}", table.render(|h| out.dim(h)));
+    for e in ends.iter().filter(|e| e.state().is_failure()) {
+        crate::outln!();
+        crate::outln!("{} {}: {}", out.red("✗"), e.name(), e.report.reason.as_deref().unwrap_or("failed"));
+        if !e.tail.trim().is_empty() {
+            let tail = crate::text::tail_lines(&e.tail, 1500);
+            for line in tail.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev() {
+                crate::outln!("    {}", out.dim(line));
+            }
+        }
+        if let Some(t) = &e.transcript {
+            crate::outln!("  transcript: {}", t.display());
+        }
+        if let Some(w) = &e.kept_workspace {
+            crate::outln!("  workspace kept: {}", w.display());
+        }
+    }
+    let passed = ends.iter().filter(|e| e.state().is_success()).count();
+    crate::outln!();
+    crate::outln!("{passed} of {} task(s) passed; records in {}", ends.len(), run_dir.display());
+}
+
+/// The parts of a split task under its row, indented by depth.
+fn subtask_rows(out: &Output, table: &mut Table, subtasks: &[SubtaskReport], depth: usize) {
+    for s in subtasks {
+        let state = s.state.as_str();
+        let state = match s.state {
+            PartState::Passed => out.green(state),
+            PartState::Split | PartState::Skipped => out.yellow(state),
+            PartState::Failed | PartState::Blocked => out.red(state),
+        };
+        table.row(vec![
+            format!("{}└ {}", "  ".repeat(depth - 1), s.name),
+            state,
+            String::new(),
+            s.attempts.to_string(),
+            crate::text::duration_ms(s.duration_ms),
+            cost(s.cost_usd),
+        ]);
+        subtask_rows(out, table, &s.subtasks, depth + 1);
+    }
+}
+
+/// `$0.42`, or `-` when the agent reported no cost.
+fn cost(usd: Option<f64>) -> String {
+    usd.map_or("-".to_owned(), |c| format!("${c:.2}"))
+}
