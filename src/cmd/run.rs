@@ -160,7 +160,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
         write_report(path, &report::json::render(&reports));
     }
     if let Some(path) = &args.junit {
-        let xml = report::junit::render(&reports, started.elapsed().as_secs_f64(), &crate::lock::now_rfc3339());
+        let xml = report::junit::render(&reports, started.elapsed(), std::time::SystemTime::now());
         write_report(path, xml.as_bytes());
     }
     report::github::print(&reports, &plan.project.root);

@@ -1,76 +1,70 @@
 //! `--junit FILE`: the run as JUnit XML, the shape CI systems read
 //! (GitHub test reporters, GitLab, Jenkins, Buildkite): one `<testsuite>`,
-//! one `<testcase>` per task. A failed or blocked task is a `<failure>`
-//! whose message is the reason and whose text is the tail of the failing
-//! output; a skipped task is `<skipped>`; the summary and the transcript
-//! path go to `<system-out>`.
+//! one `<testcase>` per task with its task file and line. A failed or
+//! blocked task is a `<failure>` whose message is the reason and whose text
+//! is the tail of the failing output; a skipped task is `<skipped>`; the
+//! summary and the transcript path go to `<system-out>`.
+//!
+//! Written by `quick-junit` (cargo-nextest's writer), which escapes markup
+//! and drops colour codes and the control characters XML cannot hold.
 
 use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
+
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::event::{TaskEnd, TaskState};
 
-/// The XML document for `ends`; `seconds` is the run's wall time.
-pub fn render(ends: &[TaskEnd], seconds: f64, timestamp: &str) -> String {
-    let failures = ends.iter().filter(|e| e.state().is_failure()).count();
-    let skipped = ends.iter().filter(|e| e.state() == TaskState::Skipped).count();
-    let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let _ = writeln!(
-        x,
-        "<testsuites name=\"cassist\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\" time=\"{seconds:.3}\">",
-        ends.len()
-    );
-    let _ = writeln!(
-        x,
-        "  <testsuite name=\"cassist run\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\" time=\"{seconds:.3}\" timestamp=\"{}\">",
-        ends.len(),
-        attr(timestamp)
-    );
-    for end in ends {
-        let r = &end.report;
-        let _ = write!(
-            x,
-            "    <testcase name=\"{}\" classname=\"{}\" file=\"{}\" line=\"{}\" time=\"{:.3}\"",
-            attr(&r.name),
-            attr(&classname(&end.location.file)),
-            attr(&end.location.file),
-            end.location.line,
-            r.duration_ms as f64 / 1000.0
-        );
-        x.push_str(">\n");
-        match r.state {
-            TaskState::Failed | TaskState::Blocked => {
-                let reason = r.reason.as_deref().unwrap_or(r.state.as_str());
-                let _ = writeln!(
-                    x,
-                    "      <failure message=\"{}\" type=\"{}\">{}</failure>",
-                    attr(reason),
-                    r.state.as_str(),
-                    text(&format!("{reason}\n\n{}", crate::text::tail_lines(&end.tail, 8000)))
-                );
-            }
-            TaskState::Skipped => {
-                let _ = writeln!(x, "      <skipped message=\"{}\"/>", attr(r.reason.as_deref().unwrap_or("skipped")));
-            }
-            _ => {}
+/// The XML document for `ends`; `elapsed` is the run's wall time, `now`
+/// the suite's timestamp.
+pub fn render(ends: &[TaskEnd], elapsed: Duration, now: SystemTime) -> String {
+    let mut suite = TestSuite::new("cassist run");
+    suite.set_time(elapsed).set_timestamp(chrono::DateTime::<chrono::Utc>::from(now));
+    suite.add_test_cases(ends.iter().map(test_case));
+    let mut report = Report::new("cassist");
+    report.set_time(elapsed).add_test_suite(suite);
+    // Serializing to a String fails only on a writer error.
+    report.to_string().unwrap_or_default()
+}
+
+fn test_case(end: &TaskEnd) -> TestCase {
+    let r = &end.report;
+    let status = match r.state {
+        TaskState::Failed | TaskState::Blocked => {
+            let reason = r.reason.as_deref().unwrap_or(r.state.as_str());
+            let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            status
+                .set_message(xml_text(reason))
+                .set_type(r.state.as_str())
+                .set_description(xml_text(&format!("{reason}\n\n{}", crate::text::tail_lines(&end.tail, 8000))));
+            status
         }
-        let mut out = format!("state: {}\nagent: {}\nattempts: {}\n", r.state.as_str(), r.agent, r.attempts);
-        if let Some(c) = r.cost_usd {
-            let _ = writeln!(out, "cost: ${c:.4}");
+        TaskState::Skipped => {
+            let mut status = TestCaseStatus::skipped();
+            status.set_message(xml_text(r.reason.as_deref().unwrap_or("skipped")));
+            status
         }
-        if !r.changed_files.is_empty() {
-            let _ = writeln!(out, "changed: {}", r.changed_files.join(", "));
-        }
-        if let Some(s) = &r.summary {
-            let _ = writeln!(out, "summary:\n{s}");
-        }
-        if let Some(t) = &end.transcript {
-            let _ = writeln!(out, "transcript: {}", t.display());
-        }
-        let _ = writeln!(x, "      <system-out>{}</system-out>", text(&out));
-        x.push_str("    </testcase>\n");
+        TaskState::Passed | TaskState::UpToDate | TaskState::Replayed => TestCaseStatus::success(),
+    };
+    let mut case = TestCase::new(r.name.as_str(), status);
+    case.set_classname(classname(&end.location.file)).set_time(Duration::from_millis(r.duration_ms));
+    case.extra.insert("file".into(), end.location.file.as_str().into());
+    case.extra.insert("line".into(), end.location.line.to_string().into());
+    let mut out = format!("state: {}\nagent: {}\nattempts: {}\n", r.state.as_str(), r.agent, r.attempts);
+    if let Some(c) = r.cost_usd {
+        let _ = writeln!(out, "cost: ${c:.4}");
     }
-    x.push_str("  </testsuite>\n</testsuites>\n");
-    x
+    if !r.changed_files.is_empty() {
+        let _ = writeln!(out, "changed: {}", r.changed_files.join(", "));
+    }
+    if let Some(s) = &r.summary {
+        let _ = writeln!(out, "summary:\n{s}");
+    }
+    if let Some(t) = &end.transcript {
+        let _ = writeln!(out, "transcript: {}", t.display());
+    }
+    case.set_system_out(xml_text(&out));
+    case
 }
 
 /// `tasks/auth.kdl` → `tasks.auth`: the grouping CI reporters show.
@@ -79,41 +73,67 @@ fn classname(file: &str) -> String {
     stem.replace('/', ".")
 }
 
-/// Characters XML 1.0 cannot hold at all (most control characters) are
-/// dropped; the rest is escaped.
-fn escape(s: &str, quotes: bool) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' if quotes => out.push_str("&quot;"),
-            '\n' if quotes => out.push_str("&#10;"),
-            '\t' | '\n' | '\r' => out.push(c),
-            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => {}
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn attr(s: &str) -> String {
-    escape(s, true)
-}
-
-fn text(s: &str) -> String {
-    escape(s, false)
+/// The two noncharacters XML 1.0 cannot hold that quick-junit leaves in
+/// (it drops the control characters itself).
+fn xml_text(s: &str) -> String {
+    s.replace(['\u{FFFE}', '\u{FFFF}'], "")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::Location;
+
+    fn end(name: &str, state: TaskState, reason: Option<&str>) -> TaskEnd {
+        let mut e = TaskEnd::new(name, "hash", "claude", Location { file: "tasks/auth/login.kdl".into(), line: 7 });
+        e.report.state = state;
+        e.report.reason = reason.map(str::to_owned);
+        e.report.duration_ms = 1500;
+        e
+    }
 
     #[test]
-    fn escapes_markup_and_drops_control_characters() {
-        assert_eq!(attr("a<b>&\"c\"\nd"), "a&lt;b&gt;&amp;&quot;c&quot;&#10;d");
-        assert_eq!(text("x\u{1b}[31my\u{0}z\n"), "x[31myz\n");
+    fn cases_carry_what_ci_reads_and_hostile_text_stays_valid_xml() {
         assert_eq!(classname("tasks/auth/login.kdl"), "tasks.auth.login");
+        let mut failed = end("b", TaskState::Blocked, Some("a<b>&\"c\" \u{1b}[31mred\u{1b}[0m\u{0}\u{FFFF}"));
+        failed.tail = "x\u{1b}[31my\u{0}z\n".into();
+        let mut ok = end("a", TaskState::Passed, None);
+        ok.report.summary = Some("wrote <it> & more".into());
+        ok.transcript = Some("/tmp/t.log".into());
+        let ends = [ok, failed, end("c", TaskState::Skipped, Some("b failed"))];
+        let xml = render(&ends, Duration::from_millis(2500), SystemTime::UNIX_EPOCH);
+        let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("invalid XML ({e}):\n{xml}"));
+
+        let suites = doc.root_element();
+        assert_eq!((suites.tag_name().name(), suites.attribute("name")), ("testsuites", Some("cassist")));
+        let suite = suites.children().find(|n| n.has_tag_name("testsuite")).unwrap();
+        for node in [suites, suite] {
+            let attrs: Vec<Option<&str>> =
+                ["tests", "failures", "errors", "skipped", "time"].iter().map(|a| node.attribute(*a)).collect();
+            assert_eq!(attrs, [Some("3"), Some("1"), Some("0"), Some("1"), Some("2.500")], "{xml}");
+        }
+        assert_eq!(suite.attribute("name"), Some("cassist run"));
+        assert!(suite.attribute("timestamp").unwrap().starts_with("1970-01-01T00:00:00"), "{xml}");
+
+        let cases: Vec<_> = suite.children().filter(|n| n.has_tag_name("testcase")).collect();
+        let case = |n: &str| *cases.iter().find(|c| c.attribute("name") == Some(n)).unwrap();
+        let child = |n: &str, tag: &str| case(n).children().find(|c| c.has_tag_name(tag));
+        for attr in
+            [("classname", "tasks.auth.login"), ("file", "tasks/auth/login.kdl"), ("line", "7"), ("time", "1.500")]
+        {
+            assert_eq!(case("a").attribute(attr.0), Some(attr.1), "{xml}");
+        }
+        assert!(child("a", "failure").is_none() && child("a", "skipped").is_none());
+        let out = child("a", "system-out").unwrap().text().unwrap();
+        assert_eq!(
+            out,
+            "state: passed\nagent: claude\nattempts: 0\nsummary:\nwrote <it> & more\ntranscript: /tmp/t.log\n"
+        );
+
+        let failure = child("b", "failure").unwrap();
+        assert_eq!(failure.attribute("message"), Some("a<b>&\"c\" red"));
+        assert_eq!(failure.attribute("type"), Some("blocked"));
+        assert_eq!(failure.text(), Some("a<b>&\"c\" red\n\nxyz"));
+        assert_eq!(child("c", "skipped").unwrap().attribute("message"), Some("b failed"));
     }
 }
