@@ -56,48 +56,35 @@ pub mod workspace;
 
 use clap::Parser;
 
-/// Runs the command line and returns the process exit code.
+/// Runs the command line and returns the process exit code: the one
+/// place a command's error is printed and mapped to its code.
 pub fn main_entry() -> i32 {
-    let cli = match cli::Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() { exit::INVALID_INPUT } else { exit::SUCCESS };
-        }
-    };
-    // The sandbox wrapper must stay single-threaded: handled before anything
-    // else runs.
-    match cli.command {
-        cli::Command::SandboxExec { lower, upper, work, cwd, landlock, write, argv } => {
-            let overlay = match (lower, upper, work) {
-                (Some(lower), Some(upper), Some(work)) => Some(sandbox::Overlay { lower, upper, work }),
-                _ => None,
-            };
-            sandbox::exec(&sandbox::ExecSpec { overlay, cwd, writable: landlock.then_some(write), argv })
-        }
-        cli::Command::SandboxProbe { dir, lower } => sandbox::probe(&dir, lower.as_deref()),
-        cli::Command::ApplyChanges { spec } => std::process::exit(match cache::apply_changes(&spec) {
-            Ok(()) => exit::SUCCESS,
-            Err(e) => {
-                eprintln!("cassist: {e}");
-                exit::TASK_FAILED
+    let (out, result) = match cli::Cli::try_parse() {
+        Ok(cli::Cli { dir, color, quiet, verbose, command }) => match command {
+            // The sandbox wrapper must stay single-threaded: it execs (or
+            // exits) before anything else runs.
+            cli::Command::SandboxExec { lower, upper, work, cwd, landlock, write, argv } => {
+                let overlay = match (lower, upper, work) {
+                    (Some(lower), Some(upper), Some(work)) => Some(sandbox::Overlay { lower, upper, work }),
+                    _ => None,
+                };
+                sandbox::exec(&sandbox::ExecSpec { overlay, cwd, writable: landlock.then_some(write), argv })
             }
-        }),
-        _ => {}
-    }
-    let out = report::Output::new(cli.color, cli.quiet, cli.verbose);
-    if let Some(dir) = &cli.dir
-        && let Err(e) = std::env::set_current_dir(dir)
-    {
-        eprintln!("error: cannot use -C {}: {e}", dir.display());
-        return exit::INVALID_INPUT;
-    }
-    let cwd = match std::env::current_dir() {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("error: cannot read the current folder: {e}");
-            return exit::INVALID_INPUT;
-        }
+            cli::Command::SandboxProbe { dir, lower } => sandbox::probe(&dir, lower.as_deref()),
+            command => {
+                let out = report::Output::new(color, quiet, verbose);
+                let result = cmd::run(command, dir.as_deref(), &out);
+                (out, result)
+            }
+        },
+        // clap prints its own message; no output flag was read.
+        Err(e) => (report::Output::new(cli::ColorChoice::Auto, false, 0), Err(e.into())),
     };
-    cmd::dispatch(cli.command, &cwd, &out)
+    match result {
+        Ok(()) => exit::SUCCESS,
+        Err(e) => {
+            e.print(&out);
+            e.code()
+        }
+    }
 }

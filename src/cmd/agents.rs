@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use super::{Error, Result};
 use crate::agent::{BUILTIN_AGENTS, builtin_program, version_of, which};
-use crate::exit;
 use crate::report::Output;
 use crate::report::table::Table;
 use crate::spec::CustomAgentDef;
@@ -19,12 +19,11 @@ struct Row {
     hint: String,
 }
 
-pub fn run(cwd: &Path, out: &Output) -> i32 {
+pub fn run(cwd: &Path, out: &Output) -> Result {
     let mut diags = Diagnostics::default();
     let project = crate::project::Project::load(cwd, &mut diags);
     if diags.has_errors() {
-        out.print_diagnostics(&diags.sorted());
-        return exit::INVALID_INPUT;
+        return Err(Error::Invalid(diags.sorted()));
     }
     let mut rows: Vec<Row> = Vec::new();
     for name in BUILTIN_AGENTS {
@@ -110,5 +109,5 @@ pub fn run(cwd: &Path, out: &Output) -> i32 {
         ]);
     }
     crate::out!("{}", table.render(|h| out.dim(h)));
-    exit::SUCCESS
+    Ok(())
 }

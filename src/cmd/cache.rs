@@ -3,13 +3,13 @@
 use std::collections::HashSet;
 use std::path::Path;
 
+use super::{Error, Result};
 use crate::cli::CacheCommand;
-use crate::exit;
 use crate::report::Output;
 use crate::report::table::Table;
 use crate::store::Store;
 
-pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> i32 {
+pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
     let root = crate::project::find_root(cwd);
     let root = std::fs::canonicalize(&root).unwrap_or(root);
     let store = Store::open(&root);
@@ -18,7 +18,7 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> i32 {
             let entries = store.list();
             if entries.is_empty() {
                 crate::outln!("the store is empty ({})", store.dir().display());
-                return exit::SUCCESS;
+                return Ok(());
             }
             let lock = crate::lock::Lock::load(&root).unwrap_or_default();
             let mut table = Table::new(&["TASK", "HASH", "AGE", "SIZE", "IN LOCK", "SUMMARY"]);
@@ -47,49 +47,30 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> i32 {
                 human_size(total),
                 store.dir().display()
             );
-            exit::SUCCESS
+            Ok(())
         }
         CacheCommand::Gc { keep } => {
-            let lock = match crate::lock::Lock::load(&root) {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("error: {}", e.0);
-                    return exit::INVALID_INPUT;
-                }
-            };
+            let lock = crate::lock::Lock::load(&root).map_err(|e| Error::Input(e.0))?;
             let referenced: HashSet<String> = lock.tasks.values().map(|l| l.before.clone()).collect();
             let _guard = crate::store::ProjectLock::acquire(&root, || {
                 eprintln!("waiting for a cassist run on this project to finish...")
             });
-            match store.gc(&referenced, *keep) {
-                Ok((removed, freed)) => {
-                    crate::outln!(
-                        "removed {removed} entr{}, freed {}",
-                        if removed == 1 { "y" } else { "ies" },
-                        human_size(freed)
-                    );
-                    exit::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: cannot collect the store: {e}");
-                    exit::TASK_FAILED
-                }
-            }
+            let (removed, freed) =
+                store.gc(&referenced, *keep).map_err(|e| Error::Internal(format!("cannot collect the store: {e}")))?;
+            crate::outln!(
+                "removed {removed} entr{}, freed {}",
+                if removed == 1 { "y" } else { "ies" },
+                human_size(freed)
+            );
+            Ok(())
         }
         CacheCommand::Clean => {
             let _guard = crate::store::ProjectLock::acquire(&root, || {
                 eprintln!("waiting for a cassist run on this project to finish...")
             });
-            match store.clean() {
-                Ok(()) => {
-                    crate::outln!("removed {}", store.dir().display());
-                    exit::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: cannot remove {}: {e}", store.dir().display());
-                    exit::TASK_FAILED
-                }
-            }
+            store.clean().map_err(|e| Error::Internal(format!("cannot remove {}: {e}", store.dir().display())))?;
+            crate::outln!("removed {}", store.dir().display());
+            Ok(())
         }
     }
 }

@@ -2,20 +2,14 @@
 
 use std::path::Path;
 
+use super::{Error, Result};
 use crate::cli::TaskArgs;
-use crate::exit;
 use crate::report::Output;
 use crate::report::table::Table;
 
-pub fn run(cwd: &Path, name: &str, args: &TaskArgs, json: bool, out: &Output) -> i32 {
-    let plan = match super::plan_or_exit(cwd, args, out) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    let Some(task) = plan.get(name) else {
-        out.print_diagnostics(&[plan.unknown_task(name)]);
-        return exit::INVALID_INPUT;
-    };
+pub fn run(cwd: &Path, name: &str, args: &TaskArgs, json: bool, out: &Output) -> Result {
+    let plan = super::load_plan(cwd, args, out)?;
+    let task = plan.get(name).ok_or_else(|| Error::Invalid(vec![plan.unknown_task(name)]))?;
     if json {
         #[derive(serde::Serialize)]
         struct Doc<'a> {
@@ -25,14 +19,8 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, json: bool, out: &Output) ->
             key: &'a crate::plan::hash::InputKey,
         }
         let doc = Doc { name: &task.task.name, hash: &task.hash, state: task.state.as_str(), key: &task.key };
-        match serde_json::to_string_pretty(&doc) {
-            Ok(s) => crate::outln!("{s}"),
-            Err(e) => {
-                eprintln!("error: cannot write JSON: {e}");
-                return exit::TASK_FAILED;
-            }
-        }
-        return exit::SUCCESS;
+        crate::outln!("{}", super::to_json(&doc)?);
+        return Ok(());
     }
     crate::outln!("{} {} ({})", out.bold("task"), task.task.name, task.task.source.name);
     crate::outln!("{} {}", out.bold("hash"), task.hash);
@@ -67,5 +55,5 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, json: bool, out: &Output) ->
         table.row(vec![i.kind.to_owned(), i.name.clone(), hash, mark]);
     }
     crate::out!("{}", table.render(|h| out.dim(h)));
-    exit::SUCCESS
+    Ok(())
 }

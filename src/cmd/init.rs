@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::exit;
+use super::{Error, Result};
 use crate::report::Output;
 
 pub const CONFIG_TEMPLATE: &str = r#"// cassist.kdl: the project config of cassist (https://kdl.dev syntax).
@@ -76,7 +76,7 @@ fn example_task(cwd: &Path) -> String {
     )
 }
 
-pub fn run(cwd: &Path, out: &Output) -> i32 {
+pub fn run(cwd: &Path, out: &Output) -> Result {
     let config = cwd.join(crate::project::CONFIG_FILE);
     let example = cwd.join("tasks").join("example.kdl");
     let existing: Vec<String> = [&config, &example]
@@ -90,21 +90,17 @@ pub fn run(cwd: &Path, out: &Output) -> i32 {
             format!("{} already exist{}", existing.join(" and "), if existing.len() == 1 { "s" } else { "" }),
         )
         .help("cassist init never overwrites files; move them away first, or edit them");
-        out.print_diagnostics(&[d]);
-        return exit::INVALID_INPUT;
+        return Err(Error::Invalid(vec![d]));
     }
-    let result = std::fs::create_dir_all(cwd.join("tasks"))
+    std::fs::create_dir_all(cwd.join("tasks"))
         .and_then(|_| write_new(&config, CONFIG_TEMPLATE))
-        .and_then(|_| write_new(&example, &example_task(cwd)));
-    if let Err(e) = result {
-        eprintln!("error: cannot write the files: {e}");
-        return exit::TASK_FAILED;
-    }
+        .and_then(|_| write_new(&example, &example_task(cwd)))
+        .map_err(|e| Error::Internal(format!("cannot write the files: {e}")))?;
     if !out.quiet {
         crate::outln!("wrote cassist.kdl and tasks/example.kdl");
         crate::outln!("next: edit tasks/example.kdl, then `cassist check` and `cassist plan`");
     }
-    exit::SUCCESS
+    Ok(())
 }
 
 /// Creates a file that must not exist yet (no race with another writer).

@@ -1,8 +1,10 @@
-//! One file per subcommand; each returns an exit code.
+//! One file per subcommand; each returns `Ok(())` or an [`Error`], which
+//! `main_entry` prints and maps to the exit code.
 
 mod agents;
 mod cache;
 mod check;
+mod error;
 mod explain;
 mod init;
 mod plan;
@@ -11,11 +13,30 @@ mod run;
 
 use std::path::Path;
 
+pub use error::Error;
+
 use crate::cli::{Command, TaskArgs};
 use crate::plan::{LoadOptions, Plan};
 use crate::report::Output;
 
-pub fn dispatch(command: Command, cwd: &Path, out: &Output) -> i32 {
+/// What a command gives back.
+pub type Result<T = ()> = std::result::Result<T, Error>;
+
+/// Runs `command` in `dir` (`-C`) or the current folder. The sandbox
+/// wrapper is not a command: `main_entry` execs it before anything else.
+pub fn run(command: Command, dir: Option<&Path>, out: &Output) -> Result {
+    // A helper in a workspace: the folder it is started in is its own.
+    if let Command::ApplyChanges { spec } = &command {
+        return crate::cache::apply_changes(spec).map_err(Error::Helper);
+    }
+    if let Some(dir) = dir {
+        std::env::set_current_dir(dir).map_err(|e| Error::Input(format!("cannot use -C {}: {e}", dir.display())))?;
+    }
+    let cwd = std::env::current_dir().map_err(|e| Error::Input(format!("cannot read the current folder: {e}")))?;
+    dispatch(command, &cwd, out)
+}
+
+fn dispatch(command: Command, cwd: &Path, out: &Output) -> Result {
     match command {
         Command::Run(args) => run::run(cwd, &args, out),
         Command::Check(args) => check::run(cwd, &args, out),
@@ -26,14 +47,14 @@ pub fn dispatch(command: Command, cwd: &Path, out: &Output) -> i32 {
         Command::Cache(c) => cache::run(cwd, &c, out),
         Command::Init => init::run(cwd, out),
         Command::SandboxExec { .. } | Command::SandboxProbe { .. } | Command::ApplyChanges { .. } => {
-            crate::exit::INVALID_INPUT
+            unreachable!("the hidden helpers are run before any command")
         }
         Command::Completions { shell } => {
             let mut cmd = <crate::cli::Cli as clap::CommandFactory>::command();
             let mut buf = Vec::new();
             clap_complete::generate(shell, &mut cmd, "cassist", &mut buf);
             crate::out!("{}", String::from_utf8_lossy(&buf));
-            crate::exit::SUCCESS
+            Ok(())
         }
     }
 }
@@ -42,16 +63,14 @@ fn load_options(args: &TaskArgs) -> LoadOptions {
     LoadOptions { paths: args.paths.clone(), agent: args.agent.clone() }
 }
 
-/// Loads and plans, printing diagnostics; `Err` holds the exit code.
-fn plan_or_exit(cwd: &Path, args: &TaskArgs, out: &Output) -> Result<Plan, i32> {
-    match crate::plan::load_and_plan(cwd, &load_options(args)) {
-        Ok(plan) => {
-            out.print_diagnostics(&plan.warnings);
-            Ok(plan)
-        }
-        Err(diags) => {
-            out.print_diagnostics(&diags);
-            Err(crate::exit::INVALID_INPUT)
-        }
-    }
+/// Loads and plans, printing the warnings.
+fn load_plan(cwd: &Path, args: &TaskArgs, out: &Output) -> Result<Plan> {
+    let plan = crate::plan::load_and_plan(cwd, &load_options(args)).map_err(Error::Invalid)?;
+    out.print_diagnostics(&plan.warnings);
+    Ok(plan)
+}
+
+/// Serializes a `--json` document for stdout.
+fn to_json(doc: &impl serde::Serialize) -> Result<String> {
+    serde_json::to_string_pretty(doc).map_err(|e| Error::Internal(format!("cannot write JSON: {e}")))
 }

@@ -4,8 +4,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::Result;
 use crate::cli::TaskArgs;
-use crate::exit;
 use crate::plan::hash::Input;
 use crate::report::Output;
 use crate::report::table::Table;
@@ -28,11 +28,8 @@ pub struct PlanTaskJson<'a> {
     pub inputs: &'a [Input],
 }
 
-pub fn run(cwd: &Path, args: &TaskArgs, json: bool, out: &Output) -> i32 {
-    let plan = match super::plan_or_exit(cwd, args, out) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
+pub fn run(cwd: &Path, args: &TaskArgs, json: bool, out: &Output) -> Result {
+    let plan = super::load_plan(cwd, args, out)?;
     if json {
         let doc = PlanJson {
             tasks: plan
@@ -50,14 +47,8 @@ pub fn run(cwd: &Path, args: &TaskArgs, json: bool, out: &Output) -> i32 {
                 })
                 .collect(),
         };
-        match serde_json::to_string_pretty(&doc) {
-            Ok(s) => crate::outln!("{s}"),
-            Err(e) => {
-                eprintln!("error: cannot write JSON: {e}");
-                return exit::TASK_FAILED;
-            }
-        }
-        return exit::SUCCESS;
+        crate::outln!("{}", super::to_json(&doc)?);
+        return Ok(());
     }
     let mut table = Table::new(&["#", "TASK", "STATE", "AGENT", "KIND", "SANDBOX", "HASH", "DEPENDS ON"]);
     for (i, t) in plan.tasks.iter().enumerate() {
@@ -91,5 +82,5 @@ pub fn run(cwd: &Path, args: &TaskArgs, json: bool, out: &Output) -> i32 {
             }
         );
     }
-    exit::SUCCESS
+    Ok(())
 }

@@ -2,19 +2,13 @@
 
 use std::path::Path;
 
+use super::{Error, Result};
 use crate::cli::TaskArgs;
-use crate::exit;
 use crate::report::Output;
 
-pub fn run(cwd: &Path, name: &str, args: &TaskArgs, out: &Output) -> i32 {
-    let plan = match super::plan_or_exit(cwd, args, out) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    let Some(task) = plan.get(name) else {
-        out.print_diagnostics(&[plan.unknown_task(name)]);
-        return exit::INVALID_INPUT;
-    };
+pub fn run(cwd: &Path, name: &str, args: &TaskArgs, out: &Output) -> Result {
+    let plan = super::load_plan(cwd, args, out)?;
+    let task = plan.get(name).ok_or_else(|| Error::Invalid(vec![plan.unknown_task(name)]))?;
     // Findings of explore/review dependencies exist only once they ran.
     let summaries: Vec<(String, String)> = plan
         .summary_dependencies(task)
@@ -22,5 +16,5 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, out: &Output) -> i32 {
         .map(|d| (d.task.name.clone(), format!("(the final message of `{}` goes here once it has run)", d.task.name)))
         .collect();
     crate::out!("{}", plan.render_prompt(task, &summaries));
-    exit::SUCCESS
+    Ok(())
 }

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::{Error, Result};
 use crate::cli::RunArgs;
-use crate::exit;
 use crate::plan::{Plan, PlannedTask, State};
 use crate::process::{Cancel, Redactor};
 use crate::report::progress::{Reporter, Style};
@@ -16,54 +16,23 @@ use crate::runner::Runner;
 use crate::scheduler;
 use crate::workspace::detect_mode;
 
-pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
+pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     // Task files and config are read and checked first: invalid input ends
     // here, with nothing written.
-    let loaded = match crate::plan::load(cwd, &super::load_options(&args.tasks)) {
-        Ok(l) => l,
-        Err(diags) => {
-            out.print_diagnostics(&diags);
-            return exit::INVALID_INPUT;
-        }
-    };
+    let loaded = crate::plan::load(cwd, &super::load_options(&args.tasks)).map_err(Error::Invalid)?;
     // One run at a time per project: a second waits, then plans on what
     // the first recorded (and runs nothing twice).
     let root = loaded.project.root.clone();
-    let _project_lock = match crate::store::ProjectLock::acquire(&root, || {
+    let _project_lock = crate::store::ProjectLock::acquire(&root, || {
         eprintln!("waiting for another cassist run on this project to finish...")
-    }) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("error: cannot lock {}: {e}", crate::store::state_dir(&root).display());
-            return exit::TASK_FAILED;
-        }
-    };
-    let plan = match crate::plan::plan(loaded) {
-        Ok(p) => {
-            out.print_diagnostics(&p.warnings);
-            p
-        }
-        Err(d) => {
-            out.print_diagnostics(&[d]);
-            return exit::INVALID_INPUT;
-        }
-    };
+    })
+    .map_err(|e| Error::Internal(format!("cannot lock {}: {e}", crate::store::state_dir(&root).display())))?;
+    let plan = crate::plan::plan(loaded).map_err(|d| Error::Invalid(vec![d]))?;
+    out.print_diagnostics(&plan.warnings);
     // --filter: the named tasks and what they depend on; --shard: a slice.
-    let selected: Vec<PlannedTask> = match select(&plan, &args.filter) {
-        Ok(s) => s.into_iter().cloned().collect(),
-        Err(d) => {
-            out.print_diagnostics(&[d]);
-            return exit::INVALID_INPUT;
-        }
-    };
+    let selected: Vec<PlannedTask> = select(&plan, &args.filter)?.into_iter().cloned().collect();
     let (selected, outside) = match args.shard {
-        Some(shard) => match shard_of(&plan, selected, shard) {
-            Ok(s) => s,
-            Err(message) => {
-                eprintln!("error: {message}");
-                return exit::INVALID_INPUT;
-            }
-        },
+        Some(shard) => shard_of(&plan, selected, shard)?,
         None => (selected, HashMap::new()),
     };
 
@@ -73,13 +42,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
     let cancel = Cancel::default();
     let interrupts = install_ctrl_c(cancel.clone());
 
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("error: cannot find the cassist binary: {e}");
-            return exit::TASK_FAILED;
-        }
-    };
+    let exe = std::env::current_exe().map_err(|e| Error::Internal(format!("cannot find the cassist binary: {e}")))?;
     let workspaces = workspaces_dir(&plan.project.root);
     crate::workspace::remove_stale(&workspaces);
     let (mode, why) = detect_mode(&exe, &plan.project.root, &workspaces);
@@ -90,10 +53,9 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
     }
     let run_id = run_id();
     let run_dir = crate::store::state_dir(&plan.project.root).join("runs").join(&run_id);
-    if let Err(e) = crate::store::ensure_state_dir(&plan.project.root).and_then(|_| std::fs::create_dir_all(&run_dir)) {
-        eprintln!("error: cannot create {}: {e}", run_dir.display());
-        return exit::TASK_FAILED;
-    }
+    crate::store::ensure_state_dir(&plan.project.root)
+        .and_then(|_| std::fs::create_dir_all(&run_dir))
+        .map_err(|e| Error::Internal(format!("cannot create {}: {e}", run_dir.display())))?;
     // CASSIST_LANDLOCK=off leaves the sandbox to the agents' flags and the
     // review, as on a kernel without Landlock.
     let landlock_off = std::env::var("CASSIST_LANDLOCK").is_ok_and(|v| v == "off");
@@ -165,19 +127,12 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> i32 {
     }
     report::github::print(&reports, &plan.project.root);
     if !needs_agent.is_empty() {
-        eprintln!("--locked: {} task(s) would need an agent run:", needs_agent.len());
-        for (name, why) in &needs_agent {
-            eprintln!("  {name}: {}", why.join("; "));
-        }
-        return exit::LOCKED;
+        return Err(Error::Locked(needs_agent));
     }
     if interrupted {
-        eprintln!(
-            "interrupted: agents stopped, workspaces removed; the project is as it was after the last integrated task"
-        );
-        return exit::INTERRUPTED;
+        return Err(Error::Interrupted);
     }
-    if reports.iter().all(|r| r.state().is_success()) { exit::SUCCESS } else { exit::TASK_FAILED }
+    if reports.iter().all(|r| r.state().is_success()) { Ok(()) } else { Err(Error::TaskFailed) }
 }
 
 /// `--shard K/N`: the selected tasks in slice K, and the output of each
@@ -187,7 +142,7 @@ fn shard_of(
     plan: &Plan,
     selected: Vec<PlannedTask>,
     shard: crate::cli::Shard,
-) -> Result<(Vec<PlannedTask>, HashMap<String, String>), String> {
+) -> Result<(Vec<PlannedTask>, HashMap<String, String>)> {
     let (mine, others): (Vec<PlannedTask>, Vec<PlannedTask>) =
         selected.into_iter().partition(|t| shard.contains(&t.task.name));
     let others: HashMap<&str, &PlannedTask> = others.iter().map(|t| (t.task.name.as_str(), t)).collect();
@@ -212,22 +167,22 @@ fn shard_of(
     if !problems.is_empty() {
         problems.sort();
         problems.dedup();
-        return Err(format!(
+        return Err(Error::Input(format!(
             "--shard {shard}: {}; run the shards of its dependencies first (and keep .cassist/store between them), or run without --shard",
             problems.join("; ")
-        ));
+        )));
     }
     Ok((mine, outside))
 }
 
-fn select<'a>(plan: &'a Plan, filter: &[String]) -> Result<Vec<&'a PlannedTask>, crate::spec::SpecDiagnostic> {
+fn select<'a>(plan: &'a Plan, filter: &[String]) -> Result<Vec<&'a PlannedTask>> {
     if filter.is_empty() {
         return Ok(plan.tasks.iter().collect());
     }
     let mut want: std::collections::HashSet<&str> = std::collections::HashSet::new();
     let mut stack: Vec<&str> = Vec::new();
     for f in filter {
-        let Some(t) = plan.get(f) else { return Err(plan.unknown_task(f)) };
+        let Some(t) = plan.get(f) else { return Err(Error::Invalid(vec![plan.unknown_task(f)])) };
         stack.push(&t.task.name);
     }
     while let Some(n) = stack.pop() {
