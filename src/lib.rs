@@ -38,6 +38,7 @@ pub mod cli;
 pub mod cmd;
 pub mod event;
 pub mod exit;
+pub mod fsx;
 pub mod lock;
 pub mod plan;
 pub mod process;

@@ -136,7 +136,7 @@ impl Lock {
 
     /// Writes the file atomically.
     pub fn save(&self, root: &Path) -> std::io::Result<()> {
-        crate::store::write_atomic(&Lock::path(root), self.render().as_bytes())
+        crate::fsx::write_atomic(&Lock::path(root), self.render().as_bytes())
     }
 }
 

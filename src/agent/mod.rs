@@ -196,7 +196,7 @@ pub fn cached_version(state_dir: &Path, name: &str) -> Option<String> {
     let v = version_of(&path, Duration::from_secs(10))?;
     cache.insert(key, v.clone());
     if let Ok(json) = serde_json::to_vec_pretty(&cache) {
-        let _ = crate::store::write_atomic(&cache_file, &json);
+        let _ = crate::fsx::write_atomic(&cache_file, &json);
     }
     Some(v)
 }

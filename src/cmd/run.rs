@@ -26,7 +26,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     let _project_lock = crate::store::ProjectLock::acquire(&root, || {
         eprintln!("waiting for another cassist run on this project to finish...")
     })
-    .map_err(|e| Error::Internal(format!("cannot lock {}: {e}", crate::store::state_dir(&root).display())))?;
+    .map_err(|e| Error::Internal(format!("cannot lock {}: {e}", crate::fsx::state_dir(&root).display())))?;
     let plan = crate::plan::plan(loaded).map_err(|d| Error::Invalid(vec![d]))?;
     out.print_diagnostics(&plan.warnings);
     // --filter: the named tasks and what they depend on; --shard: a slice.
@@ -52,8 +52,8 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
         );
     }
     let run_id = run_id();
-    let run_dir = crate::store::state_dir(&plan.project.root).join("runs").join(&run_id);
-    crate::store::ensure_state_dir(&plan.project.root)
+    let run_dir = crate::fsx::state_dir(&plan.project.root).join("runs").join(&run_id);
+    crate::fsx::ensure_state_dir(&plan.project.root)
         .and_then(|_| std::fs::create_dir_all(&run_dir))
         .map_err(|e| Error::Internal(format!("cannot create {}: {e}", run_dir.display())))?;
     // CASSIST_LANDLOCK=off leaves the sandbox to the agents' flags and the
@@ -213,7 +213,7 @@ fn workspaces_dir(root: &Path) -> PathBuf {
 
 /// Writes a report file; a failure is said, and the run goes on.
 fn write_report(path: &Path, bytes: &[u8]) {
-    if let Err(e) = crate::store::write_atomic(path, bytes) {
+    if let Err(e) = crate::fsx::write_atomic(path, bytes) {
         eprintln!("error: cannot write {}: {e}", path.display());
     }
 }

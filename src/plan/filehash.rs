@@ -107,7 +107,7 @@ impl FileHashCache {
             let hash = if e.trusted { blake3::Hash::from(e.hash).to_hex().to_string() } else { "-".to_owned() };
             text.push_str(&format!("{} {} {} {} {}\n", e.meta.ino, e.meta.size, e.meta.mtime_ns, hash, k));
         }
-        crate::store::write_atomic(&self.path, text.as_bytes())?;
+        crate::fsx::write_atomic(&self.path, text.as_bytes())?;
         self.dirty = false;
         Ok(())
     }

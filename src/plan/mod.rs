@@ -178,7 +178,7 @@ pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic
         }
     };
     timing("discover");
-    let mut spec_cache = SpecCache::load(&crate::store::state_dir(&project.root).join("cache").join("tasks.json"));
+    let mut spec_cache = SpecCache::load(&crate::fsx::state_dir(&project.root).join("cache").join("tasks.json"));
     let (mut tasks, partial) = parse_files(&project, &files, &mut spec_cache, &mut diags);
     timing("parse");
 
@@ -481,7 +481,7 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
     let config = &project.config;
 
     // Hash every distinct file once, in parallel, through the cache.
-    let cache_path = crate::store::state_dir(&project.root).join("cache").join("file-hashes");
+    let cache_path = crate::fsx::state_dir(&project.root).join("cache").join("file-hashes");
     let mut cache = filehash::FileHashCache::load(&cache_path);
     let mut unique: Vec<&ResolvedFile> = files.iter().flat_map(|(c, r)| c.iter().chain(r.iter())).collect();
     // Standing instructions: the configured file and the instruction
@@ -507,8 +507,8 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
     let file_hash: HashMap<String, String> =
         unique.iter().zip(hashes).map(|(f, h)| (f.path.clone(), blake3::Hash::from(h).to_hex().to_string())).collect();
     let files_hashed = cache.hashed;
-    if std::fs::create_dir_all(crate::store::state_dir(&project.root)).is_ok() {
-        let _ = crate::store::ensure_state_dir(&project.root);
+    if std::fs::create_dir_all(crate::fsx::state_dir(&project.root)).is_ok() {
+        let _ = crate::fsx::ensure_state_dir(&project.root);
         let _ = cache.save();
         let _ = spec_cache.save();
     }
@@ -522,7 +522,7 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
     // The version of each built-in agent the plan uses (and those its
     // failover chains may use) is part of the hash.
     let mut versions: HashMap<String, Option<String>> = HashMap::new();
-    let state = crate::store::state_dir(&project.root);
+    let state = crate::fsx::state_dir(&project.root);
     for task in &tasks {
         let agent = resolve_agent(task, agent_override.as_deref(), config);
         for cand in crate::agent::invoke::candidates(config, &agent) {

@@ -243,7 +243,7 @@ impl Runner {
             report.summary = Some(truncate_chars(s, SUMMARY_LIMIT));
         }
         if let Ok(json) = serde_json::to_vec_pretty(report) {
-            let _ = crate::store::write_atomic(&record.join("report.json"), &json);
+            let _ = crate::fsx::write_atomic(&record.join("report.json"), &json);
         }
         result
     }

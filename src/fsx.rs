@@ -1,0 +1,79 @@
+//! Files cassist writes for itself: atomic writes and the `.cassist/` state
+//! folder. A leaf: imports nothing of the crate.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The state folder of a project.
+pub fn state_dir(root: &Path) -> PathBuf {
+    root.join(".cassist")
+}
+
+/// Creates `.cassist/` with a `.gitignore` that keeps it out of git.
+pub fn ensure_state_dir(root: &Path) -> std::io::Result<PathBuf> {
+    let dir = state_dir(root);
+    std::fs::create_dir_all(&dir)?;
+    let ignore = dir.join(".gitignore");
+    if !ignore.exists() {
+        write_atomic(&ignore, b"# cassist's own state; cassist.lock at the project root is the file to commit\n*\n")?;
+    }
+    Ok(dir)
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same folder
+/// and a rename, so a reader never sees half a file. The file gets the
+/// mode any file the user writes gets (`0o666` less the umask; tempfile
+/// makes `0o600`).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o666 & !umask()))?;
+    tmp.as_file().sync_data()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// The process's umask, read once from `/proc/self/status` (`Umask:`
+/// line). Reading it with `umask(2)` means setting it, which would race
+/// with other threads creating files; cassist never changes its umask, so
+/// the first reading holds. `0o022` where `/proc` does not say.
+fn umask() -> u32 {
+    static UMASK: OnceLock<u32> = OnceLock::new();
+    *UMASK.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status").ok().as_deref().and_then(parse_umask).unwrap_or(0o022)
+    })
+}
+
+/// The `Umask:` value of a `/proc/<pid>/status` text (octal).
+fn parse_umask(status: &str) -> Option<u32> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+    u32::from_str_radix(line.trim(), 8).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_umask_line() {
+        assert_eq!(parse_umask("Name:\tcassist\nUmask:\t0027\nState:\tR\n"), Some(0o027));
+        assert_eq!(parse_umask("Name:\tcassist\n"), None);
+    }
+
+    #[test]
+    fn atomic_writes_get_the_mode_of_a_plain_write() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, b"x").unwrap();
+        let atomic = dir.path().join("sub").join("atomic");
+        write_atomic(&atomic, b"y").unwrap();
+        assert_eq!(std::fs::read(&atomic).unwrap(), b"y");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&atomic), mode(&plain));
+    }
+}
