@@ -13,7 +13,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use crate::changes::{Change, ChangeKind, ChangeSet};
-use crate::plan::context::{build_glob, normalize};
+use crate::paths::{build_glob, is_literal, is_reserved, normalize};
 use crate::spec::{Kind, SandboxLevel};
 
 /// How serious a finding is: a rejection sends the change back to the
@@ -181,11 +181,6 @@ fn describe_path(c: &Change) -> String {
 
 // ---------------------------------------------------------------- scope
 
-/// Paths that are never in scope, whatever the scope says.
-fn always_out_of_scope(path: &str) -> bool {
-    [".git", ".cassist"].iter().any(|d| path == *d || path.strip_prefix(d).is_some_and(|r| r.starts_with('/')))
-}
-
 /// A task's scope: literal paths (a folder means everything below it) and
 /// globs (`*` within a folder, `**` across), as task files mean them.
 pub struct Scope {
@@ -203,7 +198,7 @@ impl Scope {
             let p = normalize(p);
             if p.is_empty() || p == "**" {
                 everything = true;
-            } else if !p.contains(['*', '?', '[', ']', '{', '}', '\\']) {
+            } else if is_literal(&p) {
                 literals.push(p);
             } else if let Ok(g) = build_glob(&p) {
                 builder.add(g);
@@ -224,8 +219,10 @@ impl Scope {
         &self.literals
     }
 
+    /// Whether `path` is in the scope; `.git/` and `.cassist/` never are,
+    /// whatever the scope says.
     pub fn contains(&self, path: &str) -> bool {
-        if always_out_of_scope(path) {
+        if is_reserved(path) {
             return false;
         }
         self.everything
@@ -259,7 +256,7 @@ fn check_scope(changes: &ChangeSet, patterns: &[String]) -> Vec<Finding> {
             });
         }
         for (path, what, fix) in outside {
-            let never = if always_out_of_scope(path) { "; .git/ and .cassist/ are never in scope" } else { "" };
+            let never = if is_reserved(path) { "; .git/ and .cassist/ are never in scope" } else { "" };
             out.push(Finding {
                 rule: Rule::Scope,
                 severity: Severity::Reject,

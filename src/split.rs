@@ -158,7 +158,7 @@ pub fn files(t: &PlannedTask, root: &Path) -> Vec<String> {
         }
     }
     if out.is_empty() {
-        let mut found: Vec<String> = crate::plan::context::project_walker(root, false)
+        let mut found: Vec<String> = crate::paths::project_walker(root, false)
             .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
             .filter_map(|e| e.path().strip_prefix(root).ok().and_then(|p| p.to_str()).map(str::to_owned))
             .filter(|p| scope.contains(p))

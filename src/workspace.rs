@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::changes::{Change, ChangeKind, ChangeSet};
+use crate::paths::{Stamp, is_reserved, project_files};
 use crate::sandbox::ExecSpec;
 
 /// How a workspace is made.
@@ -73,51 +74,9 @@ pub fn detect_mode(exe: &Path, root: &Path, parent: &Path) -> (Mode, Option<Stri
     }
 }
 
-/// What a project file looked like when a workspace was made: enough to
-/// tell whether the user changed it since.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
-    pub size: u64,
-    pub mtime_ns: i128,
-    /// Nothing sets the ctime back: an edit that keeps size and mtime
-    /// (`cp -p`, `touch -r`) still changes it.
-    pub ctime_ns: i128,
-    pub ino: u64,
-    pub mode: u32,
-}
-
-impl Stamp {
-    fn of(m: &std::fs::Metadata) -> Stamp {
-        Stamp {
-            size: m.size(),
-            mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
-            ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
-            ino: m.ino(),
-            mode: m.mode(),
-        }
-    }
-}
-
 /// The project's files at workspace creation (path → stamp). Taken on a
 /// thread while the task starts; integration compares against it.
 pub type Manifest = HashMap<String, Stamp>;
-
-/// Files of the project a workspace shows: tracked and untracked files not
-/// ignored by `.gitignore`, without `.git/` and `.cassist/`.
-pub fn project_files(root: &Path) -> Vec<(String, std::fs::Metadata)> {
-    let mut out = Vec::new();
-    for entry in crate::plan::context::project_walker(root, false) {
-        if entry.file_type().is_some_and(|t| t.is_dir()) {
-            continue;
-        }
-        let Ok(rel) = entry.path().strip_prefix(root) else { continue };
-        let Some(rel) = rel.to_str() else { continue };
-        if let Ok(meta) = std::fs::symlink_metadata(entry.path()) {
-            out.push((rel.to_owned(), meta));
-        }
-    }
-    out
-}
 
 fn manifest_of(root: &Path) -> Manifest {
     project_files(root).into_iter().map(|(p, m)| (p, Stamp::of(&m))).collect()
@@ -261,13 +220,7 @@ impl Workspace {
             Mode::Copy => vec![self.dir.clone()],
         };
         let ignore = IgnoreCheck::new(&self.root, layers);
-        raw.retain(|path, _| {
-            let top = path.split('/').next().unwrap_or("");
-            top != ".cassist"
-                && !path.split('/').any(|c| c == ".git")
-                && !self.placed.contains(path)
-                && !ignore.ignored(path)
-        });
+        raw.retain(|path, _| !is_reserved(path) && !self.placed.contains(path) && !ignore.ignored(path));
         Ok(ChangeSet { changes: detect_renames(raw.into_values().collect()) })
     }
 
@@ -688,14 +641,7 @@ pub fn integrate(root: &Path, changes: &ChangeSet, manifest: &Manifest) -> Resul
                 below.iter().all(|k| removed.contains(k.as_str()))
                     && files_below(&root.join(rel), root).iter().all(|(p, _)| manifest.contains_key(p))
             }
-            (Some(m), Some(b)) => {
-                let a = Stamp::of(&m);
-                !m.is_dir()
-                    && a.size == b.size
-                    && a.mtime_ns == b.mtime_ns
-                    && a.ctime_ns == b.ctime_ns
-                    && a.ino == b.ino
-            }
+            (Some(m), Some(b)) => !m.is_dir() && Stamp::of(&m).untouched(&b),
             _ => false,
         };
         if !same {

@@ -176,17 +176,11 @@ pub fn builtin_invocation(name: &str) -> Option<invoke::Invocation> {
 /// so planning does not start the CLI each time. `None` when it is not
 /// installed or says nothing.
 pub fn cached_version(state_dir: &Path, name: &str) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
     let (program, _) = builtin_program(name)?;
     let path = which(program, None)?;
     let real = std::fs::canonicalize(&path).unwrap_or(path.clone());
-    let meta = std::fs::metadata(&real).ok()?;
-    let key = format!(
-        "{} {} {}",
-        real.display(),
-        meta.size(),
-        meta.mtime_nsec() as i128 + meta.mtime() as i128 * 1_000_000_000
-    );
+    let stamp = crate::paths::Stamp::of(&std::fs::metadata(&real).ok()?);
+    let key = format!("{} {} {}", real.display(), stamp.size, stamp.mtime_ns);
     let cache_file = state_dir.join("cache").join("agent-versions");
     let mut cache: std::collections::BTreeMap<String, String> =
         std::fs::read_to_string(&cache_file).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default();

@@ -6,38 +6,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use globset::{Glob, GlobBuilder};
-
-/// Builds a glob the way task files mean it: `*` stays within one folder,
-/// `**` crosses folders.
-pub fn build_glob(pattern: &str) -> Result<Glob, globset::Error> {
-    GlobBuilder::new(pattern).literal_separator(true).backslash_escape(true).build()
-}
-
-fn is_literal(pattern: &str) -> bool {
-    !pattern.contains(['*', '?', '[', ']', '{', '}', '\\'])
-}
-
-/// What lstat told us about a resolved file: enough for the hash cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileMeta {
-    pub size: u64,
-    pub mtime_ns: i128,
-    pub ino: u64,
-}
-
-impl FileMeta {
-    fn of(m: &std::fs::Metadata) -> FileMeta {
-        use std::os::unix::fs::MetadataExt;
-        FileMeta { size: m.size(), mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128, ino: m.ino() }
-    }
-}
+use crate::paths::{Stamp, build_glob, is_literal, normalize, project_walker};
 
 /// A file found by a pattern, relative to the root with `/` separators.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedFile {
     pub path: String,
-    pub meta: FileMeta,
+    pub stamp: Stamp,
 }
 
 /// Why a pattern could not be used.
@@ -77,7 +52,7 @@ impl Resolver {
                     if let Some(parent) = full.parent() {
                         self.check_dir(parent, &pattern)?;
                     }
-                    return Ok(vec![ResolvedFile { path: pattern, meta: FileMeta::of(&m) }]);
+                    return Ok(vec![ResolvedFile { path: pattern, stamp: Stamp::of(&m) }]);
                 }
                 Ok(_) => return Ok(self.check_file(&pattern)?.into_iter().collect()),
                 Err(_) => {
@@ -103,8 +78,8 @@ impl Resolver {
             if glob.is_match(path) {
                 if *is_link {
                     out.extend(self.check_file(path)?);
-                } else if let Some(meta) = self.meta(path) {
-                    out.push(ResolvedFile { path: path.clone(), meta });
+                } else if let Some(stamp) = self.stamp(path) {
+                    out.push(ResolvedFile { path: path.clone(), stamp });
                 }
             }
         }
@@ -139,8 +114,8 @@ impl Resolver {
         best.map(|(_, p)| p.to_owned())
     }
 
-    fn meta(&self, rel: &str) -> Option<FileMeta> {
-        std::fs::symlink_metadata(self.root.join(rel)).ok().map(|m| FileMeta::of(&m))
+    fn stamp(&self, rel: &str) -> Option<Stamp> {
+        std::fs::symlink_metadata(self.root.join(rel)).ok().map(|m| Stamp::of(&m))
     }
 
     /// A single named file: its folder must be inside the root; a symlink
@@ -174,12 +149,12 @@ impl Resolver {
             if !meta.is_file() {
                 return Ok(None);
             }
-            return Ok(Some(ResolvedFile { path: rel.to_owned(), meta: FileMeta::of(&meta) }));
+            return Ok(Some(ResolvedFile { path: rel.to_owned(), stamp: Stamp::of(&meta) }));
         }
         if !lmeta.is_file() {
             return Ok(None);
         }
-        Ok(Some(ResolvedFile { path: rel.to_owned(), meta: FileMeta::of(&lmeta) }))
+        Ok(Some(ResolvedFile { path: rel.to_owned(), stamp: Stamp::of(&lmeta) }))
     }
 
     /// A folder on the way to `rel` must resolve inside the root.
@@ -239,43 +214,6 @@ impl Resolver {
     }
 }
 
-/// Walks the files a project shows: what git does not ignore (`.gitignore`
-/// files, `.git/info/exclude`; `parents`: those of the folders above
-/// `start` too), hidden files included, `.git/` and `.cassist/` folders
-/// left out, symlinks not followed.
-pub fn project_walker(start: &Path, parents: bool) -> impl Iterator<Item = ignore::DirEntry> {
-    ignore::WalkBuilder::new(start)
-        .hidden(false)
-        .parents(parents)
-        .git_ignore(true)
-        .git_global(false)
-        .git_exclude(true)
-        .require_git(false)
-        .ignore(false)
-        .follow_links(false)
-        .filter_entry(|e| {
-            let name = e.file_name();
-            !(e.file_type().is_some_and(|t| t.is_dir()) && (name == ".git" || name == ".cassist"))
-        })
-        .build()
-        .flatten()
-}
-
-/// `./a//b/` → `a/b`; `a/../b` → `b` (escapes were rejected earlier).
-pub fn normalize(p: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in p.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            other => parts.push(other),
-        }
-    }
-    parts.join("/")
-}
-
 /// The folders before the first glob character.
 fn literal_prefix(pattern: &str) -> String {
     let mut parts = Vec::new();
@@ -314,20 +252,5 @@ mod tests {
         assert_eq!(literal_prefix("**/*.py"), "");
         assert_eq!(literal_prefix("src/*/x.py"), "src");
         assert_eq!(literal_prefix("x.py"), "");
-    }
-
-    #[test]
-    fn normalizes() {
-        assert_eq!(normalize("./src//a/../b.py"), "src/b.py");
-    }
-
-    #[test]
-    fn star_stays_in_folder() {
-        let g = build_glob("src/*.py").unwrap().compile_matcher();
-        assert!(g.is_match("src/a.py"));
-        assert!(!g.is_match("src/sub/a.py"));
-        let g = build_glob("tests/**/*.py").unwrap().compile_matcher();
-        assert!(g.is_match("tests/a.py"));
-        assert!(g.is_match("tests/x/y/a.py"));
     }
 }

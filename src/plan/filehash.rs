@@ -12,14 +12,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::context::{FileMeta, ResolvedFile};
+use super::context::ResolvedFile;
+use crate::paths::Stamp;
 
 const RACY_WINDOW_NS: i128 = 2_000_000_000;
 const HEADER: &str = "cassist file-hash cache v1";
 
 #[derive(Clone, Copy)]
 struct Entry {
-    meta: FileMeta,
+    /// The file as it was hashed; the cache file keeps what
+    /// [`Stamp::same_content`] compares.
+    stamp: Stamp,
     hash: [u8; 32],
     /// When it was hashed; entries hashed too close to their mtime are
     /// re-checked.
@@ -64,7 +67,7 @@ impl FileHashCache {
         let mut todo = Vec::new();
         for (i, f) in files.iter().enumerate() {
             match self.entries.get(&f.path) {
-                Some(e) if e.trusted && e.meta == f.meta => out[i] = Some(e.hash),
+                Some(e) if e.trusted && e.stamp.same_content(&f.stamp) => out[i] = Some(e.hash),
                 _ => todo.push(i),
             }
         }
@@ -75,8 +78,8 @@ impl FileHashCache {
                 let hash = r.map_err(|e| (files[*i].path.clone(), e))?;
                 out[*i] = Some(hash);
                 let f = files[*i];
-                let trusted = now - f.meta.mtime_ns > RACY_WINDOW_NS;
-                self.entries.insert(f.path.clone(), Entry { meta: f.meta, hash, trusted });
+                let trusted = now - f.stamp.mtime_ns > RACY_WINDOW_NS;
+                self.entries.insert(f.path.clone(), Entry { stamp: f.stamp, hash, trusted });
                 self.dirty = true;
             }
             self.hashed += todo.len();
@@ -105,7 +108,7 @@ impl FileHashCache {
             }
             let e = &self.entries[k];
             let hash = if e.trusted { blake3::Hash::from(e.hash).to_hex().to_string() } else { "-".to_owned() };
-            text.push_str(&format!("{} {} {} {} {}\n", e.meta.ino, e.meta.size, e.meta.mtime_ns, hash, k));
+            text.push_str(&format!("{} {} {} {} {}\n", e.stamp.ino, e.stamp.size, e.stamp.mtime_ns, hash, k));
         }
         crate::fsx::write_atomic(&self.path, text.as_bytes())?;
         self.dirty = false;
@@ -120,7 +123,7 @@ fn parse_line(line: &str) -> Option<(String, Entry)> {
     let mtime_ns = it.next()?.parse().ok()?;
     let hash = blake3::Hash::from_hex(it.next()?).ok()?;
     let path = it.next()?.to_owned();
-    Some((path, Entry { meta: FileMeta { size, mtime_ns, ino }, hash: *hash.as_bytes(), trusted: true }))
+    Some((path, Entry { stamp: Stamp { size, mtime_ns, ino, ..Stamp::default() }, hash: *hash.as_bytes(), trusted: true }))
 }
 
 fn now_ns() -> i128 {

@@ -116,6 +116,6 @@ fn review_reason(review: &Review, read_only: bool) -> String {
 }
 
 fn project_has_tests(root: &std::path::Path) -> bool {
-    let files = crate::workspace::project_files(root);
+    let files = crate::paths::project_files(root);
     review::has_tests(files.iter().map(|(p, _)| p.as_str()))
 }

@@ -353,7 +353,7 @@ pub fn check_path_pattern(p: &str) -> Result<(), (String, String)> {
             _ => depth += 1,
         }
     }
-    if let Err(e) = crate::plan::context::build_glob(p) {
+    if let Err(e) = crate::paths::build_glob(p) {
         return Err((
             format!("invalid glob `{p}`: {}", e.kind()),
             "globs use `*`, `**`, `?`, `[abc]` and `{a,b}`".into(),
