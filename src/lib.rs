@@ -53,6 +53,7 @@ pub mod scheduler;
 pub mod spec;
 pub mod split;
 pub mod store;
+pub mod template;
 pub mod text;
 pub mod workspace;
 

@@ -94,7 +94,7 @@ pub struct Placeholders<'a> {
 pub fn fill_argv(argv: &[String], ph: &Placeholders<'_>) -> Vec<OsString> {
     argv.iter()
         .map(|a| {
-            OsString::from(crate::prompt::fill(a, |name| {
+            OsString::from(crate::template::fill(a, |name| {
                 Some(match name {
                     "prompt" => ph.prompt.to_owned(),
                     "prompt_file" => ph.prompt_file.display().to_string(),

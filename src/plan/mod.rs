@@ -458,7 +458,7 @@ fn resolve_all(
 }
 
 fn check_template(src: &Arc<SourceFile>, diags: &mut Diagnostics) {
-    for (range, name) in crate::prompt::scan_placeholders(&src.text) {
+    for (range, name) in crate::template::scan_placeholders(&src.text) {
         if !crate::prompt::TEMPLATE_PLACEHOLDERS.contains(&name.as_str()) {
             let mut d = SpecDiagnostic::error(
                 "unknown-placeholder",

@@ -308,7 +308,7 @@ fn read_agent(r: &mut Reader<'_>, node: &KdlNode) -> Option<(CustomAgent, Source
             "command" => {
                 let argv = r.string_list(child, "command \"aider\" \"--message-file\" \"{prompt_file}\"");
                 for arg in &argv {
-                    for (range, ph) in crate::prompt::scan_placeholders(&arg.value) {
+                    for (range, ph) in crate::template::scan_placeholders(&arg.value) {
                         if !COMMAND_PLACEHOLDERS.contains(&ph.as_str()) {
                             // Point inside the quoted string: +1 for the opening quote
                             // when the literal is a plain quoted string.
