@@ -32,27 +32,6 @@ pub struct Unavailable {
     pub message: String,
 }
 
-/// The agents to try for `name`, in order: the agent itself, or the
-/// members of its `try` chain (recursively).
-pub fn candidates(config: &ProjectConfig, name: &str) -> Vec<String> {
-    fn walk(config: &ProjectConfig, name: &str, out: &mut Vec<String>, depth: usize) {
-        if depth > 16 || out.iter().any(|n| n == name) {
-            return;
-        }
-        match config.agents.get(name).map(|a| &a.def) {
-            Some(CustomAgentDef::Try(list)) => {
-                for n in list {
-                    walk(config, &n.value, out, depth + 1);
-                }
-            }
-            _ => out.push(name.to_owned()),
-        }
-    }
-    let mut out = Vec::new();
-    walk(config, name, &mut out, 0);
-    out
-}
-
 /// The invocation of one (non-`try`) agent.
 pub fn invocation(config: &ProjectConfig, name: &str) -> Option<Invocation> {
     if let Some(agent) = config.agents.get(name) {

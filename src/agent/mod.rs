@@ -6,9 +6,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The built-in agents, in the order they are listed.
-pub const BUILTIN_AGENTS: &[&str] = &["claude", "codex", "droid", "gemini"];
-
 /// The program a built-in agent runs, and how to install it.
 pub fn builtin_program(name: &str) -> Option<(&'static str, &'static str)> {
     Some(match name {

@@ -4,11 +4,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{Error, Result};
-use crate::agent::{BUILTIN_AGENTS, builtin_program, version_of, which};
+use crate::agent::{builtin_program, version_of, which};
 use crate::report::Output;
 use crate::report::table::Table;
-use crate::spec::CustomAgentDef;
 use crate::spec::Diagnostics;
+use crate::spec::{BUILTIN_AGENTS, CustomAgentDef};
 
 struct Row {
     name: String,

@@ -123,7 +123,10 @@ fn parse_line(line: &str) -> Option<(String, Entry)> {
     let mtime_ns = it.next()?.parse().ok()?;
     let hash = blake3::Hash::from_hex(it.next()?).ok()?;
     let path = it.next()?.to_owned();
-    Some((path, Entry { stamp: Stamp { size, mtime_ns, ino, ..Stamp::default() }, hash: *hash.as_bytes(), trusted: true }))
+    Some((
+        path,
+        Entry { stamp: Stamp { size, mtime_ns, ino, ..Stamp::default() }, hash: *hash.as_bytes(), trusted: true },
+    ))
 }
 
 fn now_ns() -> i128 {

@@ -525,8 +525,8 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
     let state = crate::fsx::state_dir(&project.root);
     for task in &tasks {
         let agent = resolve_agent(task, agent_override.as_deref(), config);
-        for cand in crate::agent::invoke::candidates(config, &agent) {
-            if crate::agent::BUILTIN_AGENTS.contains(&cand.as_str()) && !versions.contains_key(&cand) {
+        for cand in config.candidates(&agent) {
+            if crate::spec::BUILTIN_AGENTS.contains(&cand.as_str()) && !versions.contains_key(&cand) {
                 versions.insert(cand.clone(), crate::agent::cached_version(&state, &cand));
             }
         }

@@ -13,7 +13,7 @@ use super::{Failure, TaskContext};
 pub fn resolve(config: &ProjectConfig, root: &std::path::Path, agent: &str) -> Result<Vec<Invocation>, Failure> {
     let mut found: Vec<Invocation> = Vec::new();
     let mut missing: Vec<String> = Vec::new();
-    for cand in invoke::candidates(config, agent) {
+    for cand in config.candidates(agent) {
         match invoke::invocation(config, &cand) {
             Some(inv) if invoke::locate(&inv, root, None).is_some() => found.push(inv),
             Some(inv) => missing.push(describe_missing(&cand, &inv)),

@@ -79,7 +79,7 @@ impl Runner {
             let p = home.join(rel);
             // Never make folders in the user's project (a HOME inside
             // it), nor for agents that do not need them.
-            if !p.exists() && crate::agent::BUILTIN_AGENTS.contains(&inv.name.as_str()) && !p.starts_with(root) {
+            if !p.exists() && crate::spec::BUILTIN_AGENTS.contains(&inv.name.as_str()) && !p.starts_with(root) {
                 let _ = std::fs::create_dir_all(&p);
             }
             if !p.starts_with(root) || self.mode == Mode::Overlay {

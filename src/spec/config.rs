@@ -13,7 +13,10 @@ use super::diag::{Diagnostics, SourceFile, Spanned, SpecDiagnostic, from_kdl_err
 use super::reader::{DiagExt, Once, Reader, type_name};
 use super::task::{check_path_pattern, read_max_cost, read_positive_int};
 use super::types::SandboxLevel;
-use crate::agent::BUILTIN_AGENTS;
+
+/// The built-in agents, in the order they are listed (their adapters are
+/// in `crate::agent`).
+pub const BUILTIN_AGENTS: &[&str] = &["claude", "codex", "droid", "gemini"];
 
 pub const CONFIG_NODES: &[&str] =
     &["trust", "defaults", "setup", "test", "build", "prompt-template", "instructions", "agent"];
@@ -90,6 +93,27 @@ impl ProjectConfig {
     /// Every agent name, built-in first.
     pub fn agent_names(&self) -> Vec<&str> {
         BUILTIN_AGENTS.iter().copied().chain(self.agents.keys().map(String::as_str)).collect()
+    }
+
+    /// The agents to try for `name`, in order: the agent itself, or the
+    /// members of its `try` chain (recursively).
+    pub fn candidates(&self, name: &str) -> Vec<String> {
+        fn walk(config: &ProjectConfig, name: &str, out: &mut Vec<String>, depth: usize) {
+            if depth > 16 || out.iter().any(|n| n == name) {
+                return;
+            }
+            match config.agents.get(name).map(|a| &a.def) {
+                Some(CustomAgentDef::Try(list)) => {
+                    for n in list {
+                        walk(config, &n.value, out, depth + 1);
+                    }
+                }
+                _ => out.push(name.to_owned()),
+            }
+        }
+        let mut out = Vec::new();
+        walk(self, name, &mut out, 0);
+        out
     }
 }
 

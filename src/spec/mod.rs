@@ -9,7 +9,7 @@ pub mod reader;
 pub mod task;
 pub mod types;
 
-pub use config::{CustomAgent, CustomAgentDef, ProjectConfig, TestSetting, Trust, TrustOrigin};
+pub use config::{BUILTIN_AGENTS, CustomAgent, CustomAgentDef, ProjectConfig, TestSetting, Trust, TrustOrigin};
 pub use diag::{Diagnostics, SourceFile, Spanned, SpecDiagnostic};
 pub use task::{Acceptance, Task};
 pub use types::{Kind, SandboxLevel};
