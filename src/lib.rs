@@ -40,6 +40,7 @@ pub mod event;
 pub mod exit;
 pub mod fsx;
 pub mod lock;
+pub mod part;
 pub mod paths;
 pub mod plan;
 pub mod process;

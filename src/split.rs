@@ -15,99 +15,17 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::event::{PartState, SubtaskReport};
+use crate::part::{Part, Piece};
 use crate::plan::PlannedTask;
 use crate::review::Scope;
 use crate::spec::Kind;
 
 /// Rounds of splitting a task gets before it is blocked.
 pub const MAX_ROUNDS: u32 = 3;
-/// Each round's timeout is the previous one's times this.
-pub const TIMEOUT_GROWTH: f64 = 1.5;
 
-/// A slice of one file (or of the whole task) by layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Piece {
-    Header,
-    Impl,
-    Test,
-}
-
-impl Piece {
-    pub const ALL: [Piece; 3] = [Piece::Header, Piece::Impl, Piece::Test];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Piece::Header => "header",
-            Piece::Impl => "impl",
-            Piece::Test => "test",
-        }
-    }
-}
-
-/// One part of a split task. Neither a file nor a piece: the whole task.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Part {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub piece: Option<Piece>,
-    /// The round of splitting that made this part (0: the task itself).
-    pub round: u32,
-}
-
+/// Splitting policy on the recorded part data (`crate::part`).
 impl Part {
-    pub fn whole() -> Part {
-        Part { file: None, piece: None, round: 0 }
-    }
-
-    pub fn is_whole(&self) -> bool {
-        self.file.is_none() && self.piece.is_none()
-    }
-
-    /// The part's name after `parent/`: `src/a.py`, `src/a.py:impl`,
-    /// `impl`; empty for the whole task.
-    pub fn label(&self) -> String {
-        match (&self.file, self.piece) {
-            (Some(f), Some(p)) => format!("{f}:{}", p.as_str()),
-            (Some(f), None) => f.clone(),
-            (None, Some(p)) => p.as_str().to_owned(),
-            (None, None) => String::new(),
-        }
-    }
-
-    /// The subtask's name (SPEC 3.3): `parent/part`.
-    pub fn name(&self, parent: &str) -> String {
-        if self.is_whole() { parent.to_owned() } else { format!("{parent}/{}", self.label()) }
-    }
-
-    /// `CASSIST_PART`: empty, `file:<path>`, `header`, `impl` or `test`.
-    pub fn env(&self) -> String {
-        match (&self.file, self.piece) {
-            (_, Some(p)) => p.as_str().to_owned(),
-            (Some(f), None) => format!("file:{f}"),
-            (None, None) => String::new(),
-        }
-    }
-
-    /// The part in a sentence: "part impl of src/big.rs".
-    pub fn describe(&self) -> String {
-        match (&self.file, self.piece) {
-            (Some(f), Some(p)) => format!("part {} of {f}", p.as_str()),
-            (Some(f), None) => format!("part {f}"),
-            (None, Some(p)) => format!("part {}", p.as_str()),
-            (None, None) => "the whole task".to_owned(),
-        }
-    }
-
-    /// This part's timeout: the task's, times 1.5 per round.
-    pub fn timeout(&self, base: Duration) -> Duration {
-        base.mul_f64(TIMEOUT_GROWTH.powi(self.round as i32))
-    }
-
     /// What replaces this part when its agent was killed: one part per file
     /// for the whole task (with two files or more), else header / impl /
     /// test (code tasks only), else the same part again, with the next
@@ -382,31 +300,6 @@ mod tests {
 
     fn files(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| (*s).to_owned()).collect()
-    }
-
-    #[test]
-    fn names_and_part_variables() {
-        let f = Part { file: Some("src/a.py".into()), piece: None, round: 1 };
-        assert_eq!(f.name("two"), "two/src/a.py");
-        assert_eq!(f.env(), "file:src/a.py");
-        let i = Part { file: Some("src/lib.rs".into()), piece: Some(Piece::Impl), round: 2 };
-        assert_eq!(i.name("big"), "big/src/lib.rs:impl");
-        assert_eq!(i.env(), "impl");
-        assert_eq!(i.describe(), "part impl of src/lib.rs");
-        let w = Part { file: None, piece: Some(Piece::Header), round: 1 };
-        assert_eq!(w.name("t"), "t/header");
-        assert_eq!(Part::whole().name("t"), "t");
-        assert_eq!(Part::whole().env(), "");
-    }
-
-    #[test]
-    fn timeouts_grow_by_half_each_round() {
-        let base = Duration::from_secs(120);
-        let at = |round| Part { file: None, piece: Some(Piece::Impl), round }.timeout(base);
-        assert_eq!(at(0), Duration::from_secs(120));
-        assert_eq!(at(1), Duration::from_secs(180));
-        assert_eq!(at(2), Duration::from_secs(270));
-        assert_eq!(at(3), Duration::from_secs(405));
     }
 
     #[test]

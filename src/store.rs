@@ -57,7 +57,7 @@ pub struct Entry {
     /// The parts a task that had to be split passed with (SPEC 3.8): it
     /// starts split the next time its inputs change.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub split: Vec<crate::split::Part>,
+    pub split: Vec<crate::part::Part>,
 }
 
 pub const ENTRY_FORMAT: u32 = 1;
@@ -283,6 +283,20 @@ mod tests {
         assert!(store.get_entry("b").is_some());
         std::fs::remove_file(store.object_path(&h)).unwrap();
         assert!(store.get_entry("b").is_none());
+    }
+
+    #[test]
+    fn recorded_split_parts_keep_their_json() {
+        use crate::part::{Part, Piece};
+        let parts = vec![
+            Part { file: Some("a.py".into()), piece: None, round: 1 },
+            Part { file: Some("b.py".into()), piece: Some(Piece::Impl), round: 2 },
+            Part { file: None, piece: Some(Piece::Header), round: 1 },
+        ];
+        let json =
+            r#"[{"file":"a.py","round":1},{"file":"b.py","piece":"impl","round":2},{"piece":"header","round":1}]"#;
+        assert_eq!(serde_json::to_string(&parts).unwrap(), json);
+        assert_eq!(serde_json::from_str::<Vec<Part>>(json).unwrap(), parts);
     }
 
     #[test]

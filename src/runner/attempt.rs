@@ -9,8 +9,8 @@ use std::time::Duration;
 use crate::agent::adapter::{AdapterInput, AgentOutput, ErrorKind, READ_ONLY_TURN_CAP, read_tail};
 use crate::agent::invoke::{self, Invocation, Placeholders};
 use crate::event::Event;
+use crate::part::Part;
 use crate::process::{self, Outcome};
-use crate::split::Part;
 use crate::workspace::Mode;
 
 use super::agents::agent_error_reason;

@@ -32,9 +32,9 @@ use std::time::Instant;
 
 use crate::changes::ChangeSet;
 use crate::event::{Event, Events, TaskEnd, TaskState};
+use crate::part::Part;
 use crate::plan::{Plan, PlannedTask};
 use crate::process::{Cancel, Redactor};
-use crate::split::Part;
 use crate::text::truncate_chars;
 use crate::workspace::{Mode, Workspace};
 

@@ -10,7 +10,8 @@ use std::time::Instant;
 
 use crate::changes::ChangeSet;
 use crate::event::{PartState, SubtaskReport, TaskState};
-use crate::split::{self, Part, Tree};
+use crate::part::Part;
+use crate::split::{self, Tree};
 
 use super::attempt::{Oversized, Ran, Request, Step};
 use super::judge::Judged;

@@ -4,8 +4,9 @@
 
 use crate::changes::ChangeSet;
 use crate::event::TaskState;
+use crate::part::Part;
 use crate::spec::Kind;
-use crate::split::{self, Part};
+use crate::split;
 
 use super::attempt::{Oversized, Request, Step};
 use super::judge::Judged;
