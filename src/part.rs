@@ -1,7 +1,7 @@
 //! A part of a split task (SPEC 3.8) as the store records it and reports
 //! name it: a file, a piece (header / impl / test), the round that made it.
 //! A leaf: imports nothing of the crate. What replaces a part that was
-//! killed, and the rest of the splitting policy, is `crate::split`'s.
+//! killed, and the rest of the splitting policy, is in split.rs.
 
 use std::time::Duration;
 

@@ -24,7 +24,7 @@ use crate::spec::Kind;
 /// Rounds of splitting a task gets before it is blocked.
 pub const MAX_ROUNDS: u32 = 3;
 
-/// Splitting policy on the recorded part data (`crate::part`).
+/// Splitting policy on the recorded part data (part.rs).
 impl Part {
     /// What replaces this part when its agent was killed: one part per file
     /// for the whole task (with two files or more), else header / impl /

@@ -15,7 +15,7 @@ use super::task::{check_path_pattern, read_max_cost, read_positive_int};
 use super::types::SandboxLevel;
 
 /// The built-in agents, in the order they are listed (their adapters are
-/// in `crate::agent`).
+/// in the agent module).
 pub const BUILTIN_AGENTS: &[&str] = &["claude", "codex", "droid", "gemini"];
 
 pub const CONFIG_NODES: &[&str] =
