@@ -16,7 +16,7 @@ use std::path::Path;
 pub use error::Error;
 
 use crate::cli::{Command, TaskArgs};
-use crate::plan::{LoadOptions, Plan};
+use crate::plan::{LoadOptions, Loaded, Plan};
 use crate::report::Output;
 
 /// What a command gives back.
@@ -63,9 +63,28 @@ fn load_options(args: &TaskArgs) -> LoadOptions {
     LoadOptions { paths: args.paths.clone(), agent: args.agent.clone() }
 }
 
+/// Hashes loaded tasks into a plan. The version of each built-in agent the
+/// tasks may use is part of their hashes: its CLI is asked here, at the
+/// command edge (planning runs nothing), through the cache in
+/// `.cassist/cache/agent-versions` (an unchanged CLI is not asked again).
+fn plan_loaded(loaded: Loaded) -> Result<Plan> {
+    let state = crate::fsx::state_dir(&loaded.project.root);
+    let versions = loaded
+        .builtin_agents()
+        .into_iter()
+        .map(|name| {
+            let version = crate::agent::cached_version(&state, &name);
+            (name, version)
+        })
+        .collect();
+    crate::plan::timing("agent versions");
+    crate::plan::plan(loaded, versions).map_err(|d| Error::Invalid(vec![d]))
+}
+
 /// Loads and plans, printing the warnings.
 fn load_plan(cwd: &Path, args: &TaskArgs, out: &Output) -> Result<Plan> {
-    let plan = crate::plan::load_and_plan(cwd, &load_options(args)).map_err(Error::Invalid)?;
+    let loaded = crate::plan::load(cwd, &load_options(args)).map_err(Error::Invalid)?;
+    let plan = plan_loaded(loaded)?;
     out.print_diagnostics(&plan.warnings);
     Ok(plan)
 }

@@ -27,7 +27,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
         eprintln!("waiting for another cassist run on this project to finish...")
     })
     .map_err(|e| Error::Internal(format!("cannot lock {}: {e}", crate::fsx::state_dir(&root).display())))?;
-    let plan = crate::plan::plan(loaded).map_err(|d| Error::Invalid(vec![d]))?;
+    let plan = super::plan_loaded(loaded)?;
     out.print_diagnostics(&plan.warnings);
     // --filter: the named tasks and what they depend on; --shard: a slice.
     let selected: Vec<PlannedTask> = select(&plan, &args.filter)?.into_iter().cloned().collect();

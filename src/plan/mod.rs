@@ -475,8 +475,30 @@ fn check_template(src: &Arc<SourceFile>, diags: &mut Diagnostics) {
     }
 }
 
-/// Hashes the loaded tasks into a plan.
-pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
+impl Loaded {
+    /// The built-in agents whose versions are part of the tasks' hashes:
+    /// those the tasks use and those their failover chains may use, in
+    /// first-use order. Planning runs nothing: the command layer asks
+    /// their CLIs and hands the versions to [`plan`].
+    pub fn builtin_agents(&self) -> Vec<String> {
+        let config = &self.project.config;
+        let mut out: Vec<String> = Vec::new();
+        for task in &self.tasks {
+            let agent = resolve_agent(task, self.agent_override.as_deref(), config);
+            for cand in config.candidates(&agent) {
+                if crate::spec::BUILTIN_AGENTS.contains(&cand.as_str()) && !out.contains(&cand) {
+                    out.push(cand);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Hashes the loaded tasks into a plan. `versions` holds the version of
+/// each agent of [`Loaded::builtin_agents`] as its CLI reports it (`None`:
+/// not installed, or it says nothing).
+pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result<Plan, SpecDiagnostic> {
     let Loaded { project, tasks, files, template, warnings, agent_override, mut spec_cache } = loaded;
     let config = &project.config;
 
@@ -519,19 +541,6 @@ pub fn plan(loaded: Loaded) -> Result<Plan, SpecDiagnostic> {
         ProjectKey { setup: config.setup.clone(), test: project.test_commands(), build: config.build.clone() };
     let project_hash = hash_json(&project_key);
 
-    // The version of each built-in agent the plan uses (and those its
-    // failover chains may use) is part of the hash.
-    let mut versions: HashMap<String, Option<String>> = HashMap::new();
-    let state = crate::fsx::state_dir(&project.root);
-    for task in &tasks {
-        let agent = resolve_agent(task, agent_override.as_deref(), config);
-        for cand in config.candidates(&agent) {
-            if crate::spec::BUILTIN_AGENTS.contains(&cand.as_str()) && !versions.contains_key(&cand) {
-                versions.insert(cand.clone(), crate::agent::cached_version(&state, &cand));
-            }
-        }
-    }
-    timing("agent versions");
     let instruction_inputs: Vec<Input> = instructions
         .iter()
         .map(|i| Input { kind: "instructions", name: i.path.clone(), hash: file_hash[i.path.as_str()].clone() })
@@ -792,10 +801,12 @@ fn agent_key(config: &crate::spec::ProjectConfig, name: &str, versions: &HashMap
     key
 }
 
-/// Convenience: load and plan.
+/// Loads and plans without agent versions (every one `None`): for tests
+/// and tools that start no agent. Commands ask the CLIs for their versions
+/// first (see [`Loaded::builtin_agents`]).
 pub fn load_and_plan(cwd: &Path, opts: &LoadOptions) -> Result<Plan, Vec<SpecDiagnostic>> {
     let loaded = load(cwd, opts)?;
-    plan(loaded).map_err(|d| vec![d])
+    plan(loaded, HashMap::new()).map_err(|d| vec![d])
 }
 
 impl PlannedTask {
