@@ -39,6 +39,8 @@ pub mod cmd;
 pub mod event;
 pub mod exit;
 pub mod fsx;
+#[cfg(test)]
+mod layering;
 pub mod lock;
 pub mod part;
 pub mod paths;
