@@ -1,9 +1,28 @@
 //! cassist: a declarative, reproducible task runner for coding agents.
 //!
-//! The pipeline, one stage per module: [`spec`] reads task files and the
-//! config into typed values, [`plan`] resolves context files, orders the
-//! DAG and hashes inputs, [`prompt`] renders what an agent is given,
-//! [`store`] keeps state under `.cassist/`, [`report`] shows it all.
+//! Data and imports flow one way, spec → plan → scheduler → runner →
+//! report. The modules by layer; each imports only from its own layer and
+//! those listed before it (a unit test, `layering.rs`, keeps it so):
+//!
+//! - Leaves, shared by many stages, importing nothing of the crate:
+//!   [`paths`] (globs, the project walker, the one `.git`/`.cassist` rule,
+//!   file stamps), [`fsx`] (atomic writes, the `.cassist/` folder),
+//!   [`event`] (task states, reports, progress events), [`changes`] (change
+//!   sets), [`part`] (a part of a split task), [`template`] (the `{name}`
+//!   placeholder syntax), [`text`], [`exit`] (the exit codes).
+//! - [`spec`]: task files and `cassist.kdl` read into typed values; imports
+//!   leaves only.
+//! - What planning builds on: [`prompt`] (rendering the prompt),
+//!   [`project`] (the root and its config), [`lock`] (`cassist.lock`),
+//!   [`store`] (the content-addressed store).
+//! - [`plan`]: context files resolved, the DAG ordered, inputs hashed. It
+//!   starts no process: agent versions are handed in by the command layer.
+//! - Running tasks: [`process`] (the spawner), [`sandbox`] (the namespace
+//!   wrapper), [`workspace`], [`agent`], [`review`], [`accept`], [`split`],
+//!   [`runner`] (one task), [`cache`] (recording and replaying results),
+//!   [`scheduler`] (the batch).
+//! - The edge: [`cli`] (arguments), [`report`] (every output), [`cmd`] (one
+//!   file per subcommand).
 
 /// `println!` to stdout that ends the process quietly when the reader has
 /// gone away (`cassist plan --json | head`), instead of panicking.
@@ -39,8 +58,6 @@ pub mod cmd;
 pub mod event;
 pub mod exit;
 pub mod fsx;
-#[cfg(test)]
-mod layering;
 pub mod lock;
 pub mod part;
 pub mod paths;
@@ -59,6 +76,9 @@ pub mod store;
 pub mod template;
 pub mod text;
 pub mod workspace;
+
+#[cfg(test)]
+mod layering;
 
 use clap::Parser;
 
