@@ -170,7 +170,8 @@ pub fn builtin_invocation(name: &str) -> Option<invoke::Invocation> {
 
 /// The version of built-in agent `name` as its CLI reports it, cached in
 /// `.cassist/cache/agent-versions` by the program's path, size and mtime,
-/// so planning does not start the CLI each time. `None` when it is not
+/// so a command does not start the CLI each time (the command layer asks it
+/// before planning; planning itself runs nothing). `None` when it is not
 /// installed or says nothing.
 pub fn cached_version(state_dir: &Path, name: &str) -> Option<String> {
     let (program, _) = builtin_program(name)?;
