@@ -2,8 +2,9 @@
 //! layering (DESIGN.md, "Rules that keep the house easy to change"):
 //! imports follow the data, spec → plan → scheduler → runner → report.
 //!
-//! An edge `a -> b` is a `crate::b` path (or a `super::` path that leaves
-//! the crate root) in a file of top-level module `a`, outside comments,
+//! An edge `a -> b` is a path from the crate root into module `b` (written
+//! with `crate`, or with `super` climbing out of `a`) in a file of
+//! top-level module `a`, outside comments,
 //! string literals and `#[cfg(test)]` items. `lib.rs` (the command entry
 //! and the output macros) and `main.rs` are not modules.
 
