@@ -27,7 +27,6 @@
 
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
-use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -87,9 +86,9 @@ pub struct Redactor {
 }
 
 struct Matcher {
-    /// All secrets as one alternation, longest first; `None` only if the
-    /// regex could not be built (then the naive search below is used).
-    regex: Option<regex::bytes::Regex>,
+    /// All secrets at once, leftmost-longest; `None` only if the automaton
+    /// could not be built (then the naive search below is used).
+    automaton: Option<aho_corasick::AhoCorasick>,
     /// Longest first, deduplicated.
     secrets: Vec<Vec<u8>>,
     longest: usize,
@@ -98,8 +97,8 @@ struct Matcher {
 impl Matcher {
     /// Leftmost match at or after `from`; the longest secret at that position.
     fn find_at(&self, hay: &[u8], from: usize) -> Option<(usize, usize)> {
-        if let Some(re) = &self.regex {
-            return re.find_at(hay, from).map(|m| (m.start(), m.end()));
+        if let Some(ac) = &self.automaton {
+            return ac.find(aho_corasick::Input::new(hay).range(from..)).map(|m| (m.start(), m.end()));
         }
         let mut best: Option<(usize, usize)> = None;
         for secret in &self.secrets {
@@ -162,23 +161,13 @@ impl Redactor {
         secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         secrets.dedup();
         let longest = secrets[0].len();
-        // Every byte escaped, so any value (even not UTF-8) is a literal.
-        let mut pattern = String::with_capacity(secrets.iter().map(|s| s.len() * 4 + 1).sum());
-        for (i, secret) in secrets.iter().enumerate() {
-            if i > 0 {
-                pattern.push('|');
-            }
-            for byte in secret {
-                let _ = write!(pattern, "\\x{byte:02x}");
-            }
-        }
-        let regex = regex::bytes::RegexBuilder::new(&pattern)
-            .unicode(false)
-            .size_limit(256 << 20)
-            .dfa_size_limit(64 << 20)
-            .build()
+        // Leftmost-longest: where secrets overlap, the longest one at the
+        // leftmost position wins, whatever the bytes (no escaping needed).
+        let automaton = aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .build(&secrets)
             .ok();
-        Redactor { matcher: Some(Arc::new(Matcher { regex, secrets, longest })) }
+        Redactor { matcher: Some(Arc::new(Matcher { automaton, secrets, longest })) }
     }
 
     /// Whether `bytes` hold the value of one of the secrets.
@@ -1409,6 +1398,18 @@ mod tests {
         assert_eq!(r.redact("a+b.c*[regex]"), "a+b.c*[regex]");
         let meta = Redactor::new(vec![b"a+b.c*[x]".to_vec()]);
         assert_eq!(meta.redact("1 a+b.c*[x] 2 aab.cc[x]"), "1 [REDACTED] 2 aab.cc[x]");
+    }
+
+    #[test]
+    fn automaton_and_naive_search_agree() {
+        let r = Redactor::new(vec![b"abcdef".to_vec(), b"abcdefghij".to_vec(), b"cdefgh".to_vec(), b"zzzzzz".to_vec()]);
+        let m = r.matcher.as_ref().unwrap();
+        assert!(m.automaton.is_some());
+        let naive = Matcher { automaton: None, secrets: m.secrets.clone(), longest: m.longest };
+        let text = b"-abcdefghij-abcdef-abcdezzzzzzzzz-abcdefghi-cdefghij-xabcdefgh";
+        for from in 0..text.len() {
+            assert_eq!(m.find_at(text, from), naive.find_at(text, from), "from {from}");
+        }
     }
 
     #[test]
