@@ -948,27 +948,26 @@ fn resolve_program(cmd: &Command) -> io::Result<PathBuf> {
     }
     let search: &OsStr =
         cmd.env.iter().rev().find(|(k, _)| k == "PATH").map_or(OsStr::new(DEFAULT_PATH), |(_, v)| v.as_os_str());
-    for dir in search.as_bytes().split(|b| *b == b':') {
-        let dir = Path::new(OsStr::from_bytes(dir));
-        let dir = if dir.as_os_str().is_empty() {
-            cmd.cwd.clone()
-        } else if dir.is_relative() {
-            cmd.cwd.join(dir)
-        } else {
-            dir.to_path_buf()
-        };
-        let candidate = dir.join(path);
-        if is_executable_file(&candidate) {
-            return Ok(candidate);
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::NotFound,
-        format!("program `{}` not found in PATH ({})", prog.to_string_lossy(), search.to_string_lossy()),
-    ))
+    find_in_path(prog, search, &cmd.cwd).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("program `{}` not found in PATH ({})", prog.to_string_lossy(), search.to_string_lossy()),
+        )
+    })
 }
 
-fn is_executable_file(path: &Path) -> bool {
+/// The first executable file named `program` in the folders of `path`
+/// (`:`-separated, as in `PATH`); empty and relative entries are taken
+/// relative to `cwd`. The one `PATH` lookup of cassist.
+pub fn find_in_path(program: &OsStr, path: &OsStr, cwd: &Path) -> Option<PathBuf> {
+    path.as_bytes().split(|b| *b == b':').find_map(|dir| {
+        let candidate = cwd.join(OsStr::from_bytes(dir)).join(program);
+        is_executable_file(&candidate).then_some(candidate)
+    })
+}
+
+/// A regular file with an execute bit.
+pub fn is_executable_file(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
@@ -1294,6 +1293,26 @@ mod tests {
         c.env = vec![("PATH".into(), dir.path().into())];
         let e = run(&c, &Redactor::default(), &Cancel::new()).expect_err("sh is not in that PATH");
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn path_lookup_takes_the_first_executable_and_relative_entries_from_cwd() {
+        let dir = tempfile::tempdir().unwrap();
+        for sub in ["a", "b", "c"] {
+            std::fs::create_dir(dir.path().join(sub)).unwrap();
+        }
+        std::fs::write(dir.path().join("a/tool"), "").unwrap(); // not executable
+        for at in ["b/tool", "c/tool", "tool"] {
+            std::fs::write(dir.path().join(at), "").unwrap();
+            std::fs::set_permissions(dir.path().join(at), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let abs = |s: &str| dir.path().join(s);
+        let path = std::env::join_paths([abs("a"), abs("b"), abs("c")]).unwrap();
+        assert_eq!(find_in_path("tool".as_ref(), &path, Path::new("/")), Some(abs("b/tool")));
+        assert_eq!(find_in_path("tool".as_ref(), "a:c".as_ref(), dir.path()), Some(abs("c/tool")));
+        assert_eq!(find_in_path("tool".as_ref(), "a::c".as_ref(), dir.path()), Some(abs("tool")));
+        assert_eq!(find_in_path("tool".as_ref(), "a".as_ref(), dir.path()), None);
+        assert_eq!(find_in_path("tool".as_ref(), "c".as_ref(), Path::new("")), None, "relative to our own cwd");
     }
 
     #[test]

@@ -21,15 +21,11 @@ pub fn builtin_program(name: &str) -> Option<(&'static str, &'static str)> {
 pub fn which(program: &str, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
     if program.contains('/') {
         let p = Path::new(program);
-        return is_executable(p).then(|| p.to_path_buf());
+        return crate::process::is_executable_file(p).then(|| p.to_path_buf());
     }
     let path_var = path_var.map(ToOwned::to_owned).or_else(|| std::env::var_os("PATH"))?;
-    std::env::split_paths(&path_var).map(|dir| dir.join(program)).find(|p| is_executable(p))
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    // Relative entries stay relative to the current folder.
+    crate::process::find_in_path(program.as_ref(), &path_var, Path::new(""))
 }
 
 /// Runs `program --version` with a timeout and returns its first line that
