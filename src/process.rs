@@ -12,12 +12,15 @@
 //!   group is killed too (the group is signalled while the exited child is
 //!   still an unreaped zombie, so the group id cannot have been reused);
 //! - the environment is exactly [`Command::env`], never the parent's;
-//! - stdout and stderr share one pipe, read by a thread in 64 KiB chunks and
-//!   streamed through a [`RedactingWriter`] to the transcript file as they
-//!   come; only the last [`Command::tail_limit`] bytes are kept in memory, so
-//!   memory stays constant whatever the child prints;
-//! - stdin is written by its own thread, so a child that never reads it
-//!   cannot block us;
+//! - stdout and stderr share one pipe, read in 64 KiB chunks and streamed
+//!   through a [`RedactingWriter`] to the transcript file as they come; only
+//!   the last [`Command::tail_limit`] bytes are kept in memory, so memory
+//!   stays constant whatever the child prints;
+//! - stdin is written as the pipe takes it (non-blocking), so a child that
+//!   never reads it cannot block us;
+//! - waiting is event-driven: one `poll` selects the child's exit (a
+//!   pidfd), the [`Cancel`] token (an eventfd), both pipes and the next
+//!   deadline together, on the calling thread;
 //! - recording never breaks the run: a transcript that cannot be written is
 //!   reported in [`Finished::transcript_error`], the child runs on.
 //!
@@ -29,13 +32,14 @@ use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, mpsc};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -55,9 +59,6 @@ pub const MIN_SECRET_LEN: usize = 6;
 
 /// Size of one read of the child's output.
 pub const CHUNK: usize = 64 * 1024;
-
-/// How often the wait loop looks at the timeout and at [`Cancel`].
-pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
 /// How long output is still read once the child has been reaped and its
 /// group killed (only a process that escaped the group can hold it longer).
@@ -306,24 +307,140 @@ impl<W: Write> Write for RedactingWriter<W> {
 // Command, outcome
 // ---------------------------------------------------------------------------
 
-/// Shared flag that stops running processes (Ctrl-C). Cheap to clone; all
-/// clones share the flag. A run that sees it set stops its child the way a
-/// timeout does and reports [`Outcome::Cancelled`].
+/// Stops running processes (Ctrl-C). Cheap to clone; all clones share one
+/// token. A run that sees it cancelled stops its child the way a timeout
+/// does and reports [`Outcome::Cancelled`].
+///
+/// Cancelling *notifies*: [`run`] waits in one `poll` on the child's exit,
+/// its output and this token's eventfd, and [`cancelled`](Cancel::cancelled)
+/// wakes an async waiter; nothing looks at a flag on a tick. An eventfd
+/// (rather than a Condvar or `tokio::sync::Notify`) because it can be
+/// waited for together with the child's pidfd and pipes in one `poll`, and
+/// because setting it is async-signal-safe, so a signal handler may cancel.
 #[derive(Clone, Default, Debug)]
-pub struct Cancel(Arc<AtomicBool>);
+pub struct Cancel(Arc<Latch>);
 
 impl Cancel {
     pub fn new() -> Cancel {
         Cancel::default()
     }
 
+    /// Cancels, waking every waiter. Async-signal-safe (an atomic and a
+    /// `write`): may be called from a signal handler.
     pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.0.set();
     }
 
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.0.is_set()
     }
+
+    /// Completes once the token is cancelled. Needs a tokio runtime with
+    /// I/O enabled. Should the token's eventfd not be made (no fd left), it
+    /// never completes: the caller then sees the cancel at its next look at
+    /// [`is_cancelled`](Cancel::is_cancelled).
+    pub async fn cancelled(&self) {
+        use tokio::io::{Interest, unix::AsyncFd};
+        if self.is_cancelled() {
+            return;
+        }
+        // A duplicate, so two waiters never register the same fd.
+        let Ok(fd) = self.0.fd().and_then(|fd| fd.try_clone_to_owned()) else {
+            return std::future::pending().await;
+        };
+        // SAFETY: an `OwnedFd` stays open, the same file, as long as it lives.
+        let Ok(fd) = (unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }) else {
+            return std::future::pending().await;
+        };
+        while !self.is_cancelled() {
+            match fd.readable().await {
+                Ok(mut ready) if !self.is_cancelled() => ready.clear_ready(),
+                Ok(_) => {}
+                Err(_) => return std::future::pending().await,
+            }
+        }
+    }
+}
+
+/// A one-shot event a `poll` can wait for: once [`set`](Latch::set), its
+/// eventfd stays readable (it is never read), so any number of waiters wake
+/// at once. The fd is made by the first waiter that asks for it; `set` is
+/// async-signal-safe.
+#[derive(Debug)]
+struct Latch {
+    set: AtomicBool,
+    /// The eventfd, `-1` until a waiter asks for it.
+    fd: AtomicI32,
+}
+
+impl Default for Latch {
+    fn default() -> Latch {
+        Latch { set: AtomicBool::new(false), fd: AtomicI32::new(-1) }
+    }
+}
+
+impl Latch {
+    fn set(&self) {
+        if self.set.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // A waiter that made its fd after this load sees `set` (both
+        // sequentially consistent) and wakes the fd itself.
+        let fd = self.fd.load(Ordering::SeqCst);
+        if fd >= 0 {
+            wake_eventfd(fd);
+        }
+    }
+
+    fn is_set(&self) -> bool {
+        self.set.load(Ordering::SeqCst)
+    }
+
+    /// The fd that is readable once the latch is set; open as long as the
+    /// latch.
+    fn fd(&self) -> io::Result<BorrowedFd<'_>> {
+        let mut fd = self.fd.load(Ordering::SeqCst);
+        if fd < 0 {
+            // SAFETY: a plain syscall; on success the fd is ours.
+            let made = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+            if made < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            match self.fd.compare_exchange(-1, made, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => {
+                    fd = made;
+                    if self.is_set() {
+                        wake_eventfd(fd);
+                    }
+                }
+                Err(theirs) => {
+                    // Another waiter was first.
+                    // SAFETY: `made` is ours and used nowhere else.
+                    unsafe { libc::close(made) };
+                    fd = theirs;
+                }
+            }
+        }
+        // SAFETY: the fd is closed only when the latch is dropped.
+        Ok(unsafe { BorrowedFd::borrow_raw(fd) })
+    }
+}
+
+impl Drop for Latch {
+    fn drop(&mut self) {
+        let fd = *self.fd.get_mut();
+        if fd >= 0 {
+            // SAFETY: the latch owns its fd.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// Makes an eventfd readable. Async-signal-safe.
+fn wake_eventfd(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: an 8-byte write from a valid buffer.
+    unsafe { libc::write(fd, (&raw const one).cast(), 8) };
 }
 
 /// One process to run. Its `Debug` shows the names of the environment
@@ -385,6 +502,20 @@ impl Command {
             transcript: None,
             tail_limit: 8 * 1024,
         }
+    }
+
+    /// A command with cassist's own environment and current folder, for
+    /// cassist's own helpers and `--version` probes (agents and acceptance
+    /// commands get an environment made for them).
+    pub fn inheriting<I, S>(argv: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+        let mut c = Command::new(argv, cwd);
+        c.env = std::env::vars_os().collect();
+        c
     }
 
     /// The program as given, for messages.
@@ -467,9 +598,19 @@ impl Finished {
 /// survives `run`. Errors are spawn failures (a missing program is
 /// [`io::ErrorKind::NotFound`] naming it), an unusable `cwd` or transcript;
 /// once the child has started, `run` returns `Ok`.
+///
+/// One `poll` on the calling thread waits for everything at once: the
+/// child's exit (its pidfd), the cancel token, the output pipe, the stdin
+/// pipe and the next deadline (timeout, end of the grace, end of the
+/// drain). No thread is started, nothing is looked at on a tick.
 pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> io::Result<Finished> {
     let started = Instant::now();
-    let program = resolve_program(cmd)?;
+    let mut program = resolve_program(cmd)?;
+    if program.is_relative() {
+        // The child changes folder before its exec: a relative path would
+        // be taken from `cwd` a second time.
+        program = program.canonicalize().map_err(|e| spawn_error(cmd, &program, e))?;
+    }
     if !cmd.cwd.is_dir() {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
@@ -483,139 +624,139 @@ pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> io::Result<Fi
             })?),
             None => None,
         };
+    let cancel_fd = cancel.0.fd()?.as_raw_fd();
 
-    // Both pipes are close-on-exec on our side; the child gets its ends as
-    // fds 0, 1 and 2 only.
+    // Our ends of the pipes are close-on-exec and non-blocking (the child's
+    // ends are separate open files, blocking as usual); the child gets its
+    // ends as fds 0, 1 and 2 only.
     let (out_reader, out_writer) = io::pipe()?;
-    let mut expr = duct::cmd(program.clone(), &cmd.argv[1..])
-        .dir(&cmd.cwd)
-        .full_env(cmd.env.iter().cloned())
-        // The outer redirection applies first: stdout goes to the pipe,
-        // then stderr joins stdout.
-        .stderr_to_stdout()
-        .stdout_file(File::from(OwnedFd::from(out_writer)))
-        .unchecked();
+    set_nonblocking(out_reader.as_raw_fd())?;
+    let mut spawn = std::process::Command::new(&program);
+    spawn
+        .arg0(&cmd.argv[0])
+        .args(&cmd.argv[1..])
+        .current_dir(&cmd.cwd)
+        .env_clear()
+        .envs(cmd.env.iter().map(|(k, v)| (k, v)))
+        // stdout and stderr: one pipe, so their lines interleave as printed.
+        .stdout(OwnedFd::from(out_writer.try_clone()?))
+        .stderr(OwnedFd::from(out_writer))
+        .process_group(0);
     let stdin_writer = match &cmd.stdin {
         Some(_) => {
             let (r, w) = io::pipe()?;
-            expr = expr.stdin_file(File::from(OwnedFd::from(r)));
+            set_nonblocking(w.as_raw_fd())?;
+            spawn.stdin(OwnedFd::from(r));
             Some(w)
         }
         None => {
-            expr = expr.stdin_null();
+            spawn.stdin(Stdio::null());
             None
         }
     };
-    let arg0 = cmd.argv[0].clone();
-    expr = expr.before_spawn(move |c| {
-        c.arg0(&arg0);
-        c.process_group(0);
-        // If cassist itself dies (SIGKILL), the command dies with it.
-        // SAFETY: prctl is async-signal-safe; nothing else runs in the hook.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(c, || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
-                Ok(())
-            });
-        }
-        Ok(())
-    });
-    let handle = expr.start().map_err(|e| spawn_error(cmd, &program, e));
-    // The expression holds our copies of the child's pipe ends: close them,
-    // or we would never see EOF on the output.
-    drop(expr);
-    let handle = handle?;
-    let pid = handle.pids()[0];
+    // If cassist itself dies (SIGKILL), the command dies with it.
+    // SAFETY: prctl is async-signal-safe; nothing else runs in the hook.
+    unsafe {
+        spawn.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            Ok(())
+        });
+    }
+    let child = spawn.spawn().map_err(|e| spawn_error(cmd, &program, e));
+    // The builder holds our copies of the child's pipe ends: close them, or
+    // we would never see EOF on the output.
+    drop(spawn);
+    let mut child = child?;
+    let pid = child.id();
     let pgid = pid as i32;
-    register_group(pgid);
-    let mut guard = GroupGuard { pgid, armed: true };
-
-    let stop_stdin = Arc::new(AtomicBool::new(false));
-    let stdin_thread = match (stdin_writer, &cmd.stdin) {
-        (Some(writer), Some(bytes)) => {
-            let bytes = bytes.clone();
-            let stop = stop_stdin.clone();
-            Some(thread::Builder::new().name("cassist-stdin".into()).spawn(move || feed_stdin(writer, &bytes, &stop))?)
+    let mut guard = GroupGuard::register(pgid);
+    let watch = match ExitWatch::new(pid) {
+        Ok(w) => w,
+        Err(e) => {
+            signal_group(pgid, Signal::SIGKILL);
+            let _ = child.wait();
+            guard.disarm();
+            return Err(e);
         }
+    };
+
+    let mut output = Output::new(out_reader, transcript, redactor, cmd.tail_limit);
+    let mut feed = match (stdin_writer, cmd.stdin.as_deref()) {
+        (Some(writer), Some(bytes)) if !bytes.is_empty() => Some(Feed { writer, bytes, written: 0 }),
+        // Nothing to write: dropping our end closes the child's stdin.
         _ => None,
     };
-
-    let stop_output = Arc::new(AtomicBool::new(false));
-    let (output_tx, output_rx) = mpsc::channel();
-    let output_thread = {
-        let stop = stop_output.clone();
-        let redactor = redactor.clone();
-        let tail_limit = cmd.tail_limit;
-        thread::Builder::new().name("cassist-output".into()).spawn(move || {
-            let captured = pump_output(out_reader, transcript, &redactor, tail_limit, &stop);
-            let _ = output_tx.send(captured);
-        })?
-    };
-
-    let (exit_tx, exit_rx) = mpsc::channel();
-    let waiter = thread::Builder::new().name("cassist-wait".into()).spawn(move || {
-        let _ = wait_exited_unreaped(pid);
-        let _ = exit_tx.send(());
-    })?;
-
-    // Wait for the exit, the timeout or a cancel.
     let deadline = cmd.timeout.map(|t| started + t);
     let mut stopped_by: Option<Outcome> = None;
+    let mut kill_at: Option<Instant> = None;
+    let mut status: Option<io::Result<std::process::ExitStatus>> = None;
+    let mut drain_until: Option<Instant> = None;
+    let mut set = PollSet::default();
     loop {
-        let mut wait = POLL_INTERVAL;
-        if let Some(deadline) = deadline {
-            wait = wait.min(deadline.saturating_duration_since(Instant::now()));
-        }
-        match exit_rx.recv_timeout(wait) {
-            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-        if cancel.is_cancelled() {
-            stopped_by = Some(Outcome::Cancelled);
-        } else if deadline.is_some_and(|d| Instant::now() >= d) {
-            stopped_by = Some(Outcome::TimedOut);
-        }
-        if stopped_by.is_some() {
-            signal_group(pgid, Signal::SIGTERM);
-            if let Err(mpsc::RecvTimeoutError::Timeout) = exit_rx.recv_timeout(cmd.grace) {
-                signal_group(pgid, Signal::SIGKILL);
-                let _ = exit_rx.recv();
+        let now = Instant::now();
+        if status.is_none() {
+            if stopped_by.is_none() {
+                if cancel.is_cancelled() {
+                    stopped_by = Some(Outcome::Cancelled);
+                } else if deadline.is_some_and(|d| now >= d) {
+                    stopped_by = Some(Outcome::TimedOut);
+                }
+                if stopped_by.is_some() {
+                    signal_group(pgid, Signal::SIGTERM);
+                    kill_at = Some(now + cmd.grace);
+                }
             }
+            if kill_at.is_some_and(|k| now >= k) {
+                signal_group(pgid, Signal::SIGKILL);
+                kill_at = None;
+            }
+        } else if output.done || drain_until.is_some_and(|d| now >= d) {
+            // Output still held open after the drain can only be an escaped
+            // process's.
             break;
         }
-    }
-    // The child has exited but is not reaped yet, so its pid still names
-    // this group: kill what it left behind, then reap it.
-    signal_group(pgid, Signal::SIGKILL);
-    let _ = waiter.join();
-    let status = handle.wait().map(|out| out.status);
-    guard.armed = false;
-    stop_stdin.store(true, Ordering::SeqCst);
 
-    // Output still held open after this can only be an escaped process's.
-    let captured = match output_rx.recv_timeout(DRAIN_LIMIT) {
-        Ok(c) => Some(c),
-        Err(_) => {
-            stop_output.store(true, Ordering::SeqCst);
-            output_rx.recv().ok()
+        set.clear();
+        let running = status.is_none();
+        let exit_at = running.then(|| set.add(watch.fd(), libc::POLLIN));
+        if running && stopped_by.is_none() {
+            // Ready once cancelled; looked at above.
+            set.add(cancel_fd, libc::POLLIN);
         }
-    };
-    let _ = output_thread.join();
-    if let Some(t) = stdin_thread {
-        let _ = t.join();
-    }
-    // SIGKILL takes effect asynchronously: wait until the killed members
-    // have let go of their files and folders (a zombie has), so the caller
-    // may remove the workspace at once. Zombies are left to their new
-    // parent (init reaps orphans in its own time).
-    if group_exists(pgid) {
-        let vanish_deadline = Instant::now() + VANISH_LIMIT;
-        while !live_group_members(pgid).is_empty() && Instant::now() < vanish_deadline {
-            thread::sleep(Duration::from_millis(5));
-        }
-    }
+        let out_at = (!output.done).then(|| set.add(output.fd(), libc::POLLIN));
+        let in_at = feed.as_ref().map(|f| set.add(f.writer.as_raw_fd(), libc::POLLOUT));
+        let wake_at = match (running, stopped_by) {
+            (true, None) => deadline,
+            (true, Some(_)) => kill_at,
+            (false, _) => drain_until,
+        };
+        set.wait(wake_at);
 
-    let status = status?;
+        if exit_at.is_some_and(|i| set.ready(i)) {
+            // The child has exited but is not reaped yet, so its pid still
+            // names this group: kill what it left behind, then reap it.
+            signal_group(pgid, Signal::SIGKILL);
+            status = Some(child.wait());
+            guard.disarm();
+            // An escaped process may hold stdin without reading it.
+            feed = None;
+            drain_until = Some(Instant::now() + DRAIN_LIMIT);
+        }
+        if out_at.is_some_and(|i| set.ready(i)) {
+            output.read();
+        }
+        if let (Some(i), Some(f)) = (in_at, &mut feed)
+            && set.ready(i)
+            && !f.write()
+        {
+            feed = None;
+        }
+    }
+    let captured = output.finish();
+    watch.finish();
+    wait_until_members_gone(pgid);
+
+    let status = status.unwrap_or_else(|| Err(io::Error::other("the child was not reaped")))?;
     let outcome = match stopped_by {
         Some(o) => o,
         None => match (status.code(), status.signal()) {
@@ -624,7 +765,6 @@ pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> io::Result<Fi
             (None, None) => Outcome::Exited(-1),
         },
     };
-    let captured = captured.unwrap_or_default();
     Ok(Finished {
         outcome,
         duration: started.elapsed(),
@@ -637,18 +777,136 @@ pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> io::Result<Fi
     })
 }
 
-/// Kills the group if `run` leaves early (a failed thread spawn, a panic).
+/// The fds one wait of [`run`] is for.
+#[derive(Default)]
+struct PollSet {
+    fds: Vec<libc::pollfd>,
+}
+
+impl PollSet {
+    fn clear(&mut self) {
+        self.fds.clear();
+    }
+
+    /// Adds `fd`, waited for `events`; returns its index for
+    /// [`ready`](PollSet::ready).
+    fn add(&mut self, fd: RawFd, events: libc::c_short) -> usize {
+        self.fds.push(libc::pollfd { fd, events, revents: 0 });
+        self.fds.len() - 1
+    }
+
+    /// Whether the fd at `i` is ready (or hung up, or failed: the next
+    /// read or write says which).
+    fn ready(&self, i: usize) -> bool {
+        self.fds[i].revents != 0
+    }
+
+    /// Waits until an fd is ready or `until` has come (for ever when
+    /// `None`). A signal that interrupts the wait counts as a wake-up.
+    fn wait(&mut self, until: Option<Instant>) {
+        let timeout = until.map(|u| {
+            let left = u.saturating_duration_since(Instant::now());
+            libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos() as libc::c_long }
+        });
+        let timeout_ptr = timeout.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: valid pollfds and timespec; no signal mask change. Its
+        // errors (EINTR aside) cannot happen with these arguments, and with
+        // every revents 0 the caller only looks at its clock again.
+        unsafe { libc::ppoll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, timeout_ptr, std::ptr::null()) };
+    }
+}
+
+/// Tells when the child has exited, leaving it unreaped (a zombie still
+/// holds its pid, so its process group id cannot be reused): a pidfd, or
+/// where the kernel has none (before Linux 5.3), a thread blocked in
+/// `waitid(WNOWAIT)` that sets a latch when it returns.
+enum ExitWatch {
+    Pidfd(OwnedFd),
+    /// `fd` is `latch`'s, open as long as it.
+    Thread {
+        latch: Arc<Latch>,
+        fd: RawFd,
+        thread: thread::JoinHandle<()>,
+    },
+}
+
+impl ExitWatch {
+    fn new(pid: u32) -> io::Result<ExitWatch> {
+        match pidfd_open(pid as i32) {
+            Ok(fd) => Ok(ExitWatch::Pidfd(fd)),
+            Err(_) => ExitWatch::with_thread(pid),
+        }
+    }
+
+    fn with_thread(pid: u32) -> io::Result<ExitWatch> {
+        let latch = Arc::new(Latch::default());
+        let fd = latch.fd()?.as_raw_fd();
+        let exited = latch.clone();
+        let thread = thread::Builder::new().name("cassist-wait".into()).spawn(move || {
+            let _ = wait_exited_unreaped(pid);
+            exited.set();
+        })?;
+        Ok(ExitWatch::Thread { latch, fd, thread })
+    }
+
+    /// Readable once the child has exited.
+    fn fd(&self) -> RawFd {
+        match self {
+            ExitWatch::Pidfd(fd) => fd.as_raw_fd(),
+            // Open as long as `latch`.
+            ExitWatch::Thread { fd, .. } => *fd,
+        }
+    }
+
+    fn finish(self) {
+        if let ExitWatch::Thread { latch, thread, .. } = self {
+            let _ = thread.join();
+            // Only now may its fd close.
+            drop(latch);
+        }
+    }
+}
+
+/// A pidfd for `pid` (readable once the process has exited).
+fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: a plain syscall; on success the fd is ours.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Kills the group if `run` leaves early (a failed spawn of a thread, a
+/// panic); lists the group for [`kill_all_groups`] while it runs.
 struct GroupGuard {
     pgid: i32,
     armed: bool,
+}
+
+impl GroupGuard {
+    fn register(pgid: i32) -> GroupGuard {
+        register_group(pgid);
+        GroupGuard { pgid, armed: true }
+    }
+
+    /// The child is reaped: its group id may be reused from now on, so it
+    /// must not be signalled any more.
+    fn disarm(&mut self) {
+        if self.armed {
+            self.armed = false;
+            unregister_group(self.pgid);
+        }
+    }
 }
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         if self.armed {
             signal_group(self.pgid, Signal::SIGKILL);
+            unregister_group(self.pgid);
         }
-        unregister_group(self.pgid);
     }
 }
 
@@ -738,17 +996,45 @@ fn wait_exited_unreaped(pid: u32) -> io::Result<()> {
     }
 }
 
-/// Waits until `fd` has one of `events`, at most `timeout`; `false` on timeout.
-fn poll_fd(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<bool> {
-    let mut pfd = libc::pollfd { fd, events, revents: 0 };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: one valid pollfd.
-    let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
+/// SIGKILL takes effect asynchronously: waits until the killed members of
+/// group `pgid` have let go of their files and folders (a zombie has), so
+/// the caller may remove the workspace at once; at most [`VANISH_LIMIT`].
+/// Zombies are left to their new parent (init reaps orphans in its own
+/// time). Each member is watched through a pidfd; only where the kernel has
+/// no pidfds is `/proc` looked at again every 5 ms (the one tick left, and
+/// bounded by [`VANISH_LIMIT`]: the kernel gives no other event for the
+/// death of a process that is not our child).
+fn wait_until_members_gone(pgid: i32) {
+    if !group_exists(pgid) {
+        return;
     }
-    Ok(r > 0)
+    let end = Instant::now() + VANISH_LIMIT;
+    let mut watched = Vec::new();
+    for pid in live_group_members(pgid) {
+        match pidfd_open(pid) {
+            Ok(fd) => watched.push(fd),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(_) => {
+                while !live_group_members(pgid).is_empty() && Instant::now() < end {
+                    thread::sleep(Duration::from_millis(5));
+                }
+                return;
+            }
+        }
+    }
+    let mut set = PollSet::default();
+    while !watched.is_empty() && Instant::now() < end {
+        set.clear();
+        for fd in &watched {
+            set.add(fd.as_raw_fd(), libc::POLLIN);
+        }
+        set.wait(Some(end));
+        let mut i = 0;
+        watched.retain(|_| {
+            i += 1;
+            !set.ready(i - 1)
+        });
+    }
 }
 
 fn set_nonblocking(fd: RawFd) -> io::Result<()> {
@@ -762,25 +1048,25 @@ fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes `bytes` to the child's stdin and closes it. Stops when the child
-/// closes its end (EPIPE, ignored) or when `stop` is set (the child is gone
-/// and an escaped process holds the pipe without reading).
-fn feed_stdin(writer: io::PipeWriter, bytes: &[u8], stop: &AtomicBool) {
-    let fd = writer.as_raw_fd();
-    // Non-blocking on our end only (the child's end is a separate open
-    // file), so `stop` is looked at even when the pipe is full.
-    if set_nonblocking(fd).is_err() {
-        return;
-    }
-    let mut off = 0;
-    while off < bytes.len() && !stop.load(Ordering::SeqCst) {
-        match (&writer).write(&bytes[off..]) {
-            Ok(n) => off += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let _ = poll_fd(fd, libc::POLLOUT, Duration::from_millis(50));
+/// The bytes for the child's stdin, written as the pipe takes them; the
+/// pipe is closed when they are all written (or the feed dropped).
+struct Feed<'a> {
+    writer: io::PipeWriter,
+    bytes: &'a [u8],
+    written: usize,
+}
+
+impl Feed<'_> {
+    /// Writes what the pipe takes now; `false` once done: all written, or
+    /// the child closed its end (EPIPE, ignored: it wants no more).
+    fn write(&mut self) -> bool {
+        match (&self.writer).write(&self.bytes[self.written..]) {
+            Ok(n) => {
+                self.written += n;
+                self.written < self.bytes.len()
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => break, // EPIPE: the child does not want more
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => true,
+            Err(_) => false,
         }
     }
 }
@@ -793,45 +1079,58 @@ struct Captured {
     transcript_error: Option<io::Error>,
 }
 
-/// Reads the child's output until EOF (or `stop`), streaming it redacted to
-/// the transcript and keeping the tail.
-fn pump_output(
+/// The child's output, read as it comes: streamed redacted to the
+/// transcript, its tail kept, scanned for a killed process.
+struct Output {
     reader: io::PipeReader,
-    transcript: Option<File>,
-    redactor: &Redactor,
-    tail_limit: usize,
-    stop: &AtomicBool,
-) -> Captured {
-    let fd = reader.as_raw_fd();
-    let mut buf = vec![0u8; CHUNK];
-    let mut out = RedactingWriter::new(Sink::new(transcript, tail_limit), redactor);
-    let mut scan = KillScan::default();
-    let mut total: u64 = 0;
-    while !stop.load(Ordering::SeqCst) {
-        match poll_fd(fd, libc::POLLIN, Duration::from_millis(50)) {
-            Ok(false) => continue,
-            Ok(true) => {}
-            Err(_) => break,
-        }
-        match (&reader).read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                total += n as u64;
-                scan.feed(&buf[..n]);
-                // The sink never fails.
-                let _ = out.write_all(&buf[..n]);
-            }
-            Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => {}
-            Err(_) => break,
+    out: RedactingWriter<Sink>,
+    scan: KillScan,
+    total: u64,
+    buf: Vec<u8>,
+    /// EOF (or a read error): nothing more will come.
+    done: bool,
+}
+
+impl Output {
+    fn new(reader: io::PipeReader, transcript: Option<File>, redactor: &Redactor, tail_limit: usize) -> Output {
+        Output {
+            reader,
+            out: RedactingWriter::new(Sink::new(transcript, tail_limit), redactor),
+            scan: KillScan::default(),
+            total: 0,
+            buf: vec![0u8; CHUNK],
+            done: false,
         }
     }
-    let _ = out.finish();
-    let mut sink = out.into_inner();
-    Captured {
-        output_bytes: total,
-        tail: sink.tail_text(),
-        killed_hint: scan.found,
-        transcript_error: sink.transcript_error,
+
+    fn fd(&self) -> RawFd {
+        self.reader.as_raw_fd()
+    }
+
+    /// Reads what the pipe holds now (one chunk at most).
+    fn read(&mut self) {
+        match (&self.reader).read(&mut self.buf) {
+            Ok(0) => self.done = true,
+            Ok(n) => {
+                self.total += n as u64;
+                self.scan.feed(&self.buf[..n]);
+                // The sink never fails.
+                let _ = self.out.write_all(&self.buf[..n]);
+            }
+            Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => {}
+            Err(_) => self.done = true,
+        }
+    }
+
+    fn finish(mut self) -> Captured {
+        let _ = self.out.finish();
+        let mut sink = self.out.into_inner();
+        Captured {
+            output_bytes: self.total,
+            tail: sink.tail_text(),
+            killed_hint: self.scan.found,
+            transcript_error: sink.transcript_error,
+        }
     }
 }
 
@@ -1002,7 +1301,7 @@ mod tests {
     /// Runs in a thread and fails (instead of hanging) when `run` does not
     /// return within `limit`; then kills what the pids file names.
     fn go_bounded(cmd: &Command, cancel: &Cancel, limit: Duration, pids: &Path) -> Finished {
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = std::sync::mpsc::channel();
         let (cmd2, cancel2) = (cmd.clone(), cancel.clone());
         thread::spawn(move || {
             let _ = tx.send(run(&cmd2, &Redactor::default(), &cancel2));
@@ -1231,6 +1530,76 @@ mod tests {
         assert_eq!(f.describe(), "cancelled");
         assert!(t.elapsed() >= ms(150) && t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
         assert_tree_gone(&f, &pids);
+    }
+
+    /// Whether `fd` is readable now (without waiting).
+    fn readable(fd: RawFd) -> bool {
+        let mut set = PollSet::default();
+        set.add(fd, libc::POLLIN);
+        set.wait(Some(Instant::now()));
+        set.ready(0)
+    }
+
+    #[test]
+    fn cancel_makes_the_fd_readable_whether_it_was_made_before_or_after() {
+        let early = Cancel::new();
+        let fd = early.0.fd().unwrap().as_raw_fd();
+        assert!(!readable(fd));
+        early.clone().cancel();
+        assert!(early.is_cancelled() && readable(fd));
+        early.cancel(); // twice is fine
+        assert!(readable(fd));
+
+        let late = Cancel::new();
+        late.cancel();
+        assert!(readable(late.0.fd().unwrap().as_raw_fd()));
+    }
+
+    #[test]
+    fn cancelled_before_the_run_stops_the_child_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let pids = dir.path().join("pids");
+        let mut c = sh(dir.path(), "echo $$ >> pids; sleep 100 & echo $! >> pids; wait");
+        c.timeout = Some(Duration::from_secs(60));
+        let cancel = Cancel::new();
+        cancel.cancel();
+        let f = go_bounded(&c, &cancel, Duration::from_secs(10), &pids);
+        assert_eq!(f.outcome, Outcome::Cancelled);
+    }
+
+    #[test]
+    fn cancelled_future_completes_once_cancelled() {
+        let cancel = Cancel::new();
+        let remote = cancel.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+            rt.block_on(async {
+                // Two waiters on one token.
+                tokio::join!(remote.cancelled(), remote.cancelled());
+            });
+            let _ = tx.send(remote.is_cancelled());
+        });
+        assert!(rx.recv_timeout(ms(100)).is_err(), "completed before the cancel");
+        cancel.cancel();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
+        waiter.join().unwrap();
+    }
+
+    #[test]
+    fn exit_is_seen_without_a_pidfd_too() {
+        let mut child =
+            std::process::Command::new("sh").args(["-c", "read x; exit 7"]).stdin(Stdio::piped()).spawn().unwrap();
+        let watch = ExitWatch::with_thread(child.id()).unwrap();
+        assert!(!readable(watch.fd()));
+        drop(child.stdin.take());
+        let mut set = PollSet::default();
+        set.add(watch.fd(), libc::POLLIN);
+        set.wait(Some(Instant::now() + Duration::from_secs(10)));
+        assert!(set.ready(0));
+        watch.finish();
+        // Not reaped by the watch.
+        assert_eq!(child.wait().unwrap().code(), Some(7));
     }
 
     #[test]
