@@ -18,6 +18,7 @@ use std::sync::OnceLock;
 
 use crate::changes::{Change, ChangeKind, ChangeSet};
 use crate::paths::{Stamp, is_reserved, project_files};
+use crate::process;
 use crate::sandbox::ExecSpec;
 
 /// How a workspace is made.
@@ -55,15 +56,17 @@ pub fn detect_mode(exe: &Path, root: &Path, parent: &Path) -> (Mode, Option<Stri
     let probe = PROBE.get_or_init(|| {
         std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
         let dir = tempfile::Builder::new().prefix("probe-").tempdir_in(parent).map_err(|e| e.to_string())?;
-        let out = std::process::Command::new(exe)
-            .arg("__sandbox-probe")
-            .arg(dir.path())
-            .arg(root)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|e| e.to_string())?;
+        let probe = process::Command::inheriting([
+            exe.as_os_str(),
+            "__sandbox-probe".as_ref(),
+            dir.path().as_os_str(),
+            root.as_os_str(),
+        ]);
+        let done =
+            process::run(&probe, &process::Redactor::default(), &process::Cancel::new()).map_err(|e| e.to_string())?;
         remove_tree(dir.path());
-        if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }
+        // The probe prints only its reason for failing.
+        if done.success() { Ok(()) } else { Err(done.tail.trim().to_owned()) }
     });
     match probe {
         Ok(()) => (Mode::Overlay, None),

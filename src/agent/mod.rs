@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::process;
+
 /// The program a built-in agent runs, and how to install it.
 pub fn builtin_program(name: &str) -> Option<(&'static str, &'static str)> {
     Some(match name {
@@ -29,27 +31,24 @@ pub fn which(program: &str, path_var: Option<&std::ffi::OsStr>) -> Option<PathBu
 }
 
 /// Runs `program --version` with a timeout and returns its first line that
-/// holds a digit (CLIs print banners around the version).
+/// holds a digit (CLIs print banners around the version), at most 80
+/// characters. Through [`process::run`] like every command: its own process
+/// group, killed whole at the timeout; cassist's environment.
 pub fn version_of(program: &Path, timeout: Duration) -> Option<String> {
-    let handle =
-        duct::cmd(program, ["--version"]).stdin_null().stderr_to_stdout().stdout_capture().unchecked().start().ok()?;
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        match handle.try_wait() {
-            Ok(Some(out)) => {
-                let text = String::from_utf8_lossy(&out.stdout);
-                return text.lines().map(str::trim).find(|l| l.chars().any(|c| c.is_ascii_digit())).map(|l| {
-                    let l: String = l.chars().take(80).collect();
-                    l
-                });
-            }
-            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                let _ = handle.kill();
-                return None;
-            }
-        }
+    let mut cmd = process::Command::inheriting([program.as_os_str(), "--version".as_ref()]);
+    cmd.timeout = Some(timeout);
+    // Killed at once at the timeout, as it always was.
+    cmd.grace = Duration::ZERO;
+    cmd.tail_limit = 64 * 1024;
+    let done = process::run(&cmd, &process::Redactor::default(), &process::Cancel::new()).ok()?;
+    if done.outcome == process::Outcome::TimedOut {
+        return None;
     }
+    done.tail
+        .lines()
+        .map(str::trim)
+        .find(|l| l.chars().any(|c| c.is_ascii_digit()))
+        .map(|l| l.chars().take(80).collect())
 }
 
 pub mod invoke;
