@@ -1568,6 +1568,29 @@ mod tests {
     }
 
     #[test]
+    fn cancel_from_a_signal_handler_wakes_a_run_on_another_thread() {
+        // The Ctrl-C path: the handler runs on whichever thread the signal
+        // lands on (here the canceller's), and the run wakes through the
+        // token's eventfd alone.
+        let dir = tempfile::tempdir().unwrap();
+        let started = dir.path().join("started");
+        let c = sh(dir.path(), "echo $$ > started; exec sleep 100");
+        let cancel = Cancel::new();
+        let in_handler = cancel.clone();
+        // SAFETY: Cancel::cancel is async-signal-safe.
+        unsafe { signal_hook::low_level::register(libc::SIGUSR1, move || in_handler.cancel()) }.unwrap();
+        let canceller = thread::spawn(move || {
+            while !started.exists() {
+                thread::sleep(ms(10));
+            }
+            signal_hook::low_level::raise(libc::SIGUSR1).unwrap();
+        });
+        let f = go_bounded(&c, &cancel, Duration::from_secs(10), &dir.path().join("started"));
+        canceller.join().unwrap();
+        assert_eq!(f.outcome, Outcome::Cancelled);
+    }
+
+    #[test]
     fn cancelled_future_completes_once_cancelled() {
         let cancel = Cancel::new();
         let remote = cancel.clone();

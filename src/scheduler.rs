@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::event::{TaskEnd, TaskState};
 use crate::lock::Lock;
@@ -60,7 +59,8 @@ pub fn run(
     finished: &mut dyn FnMut(&TaskEnd),
 ) -> Outcome {
     let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        // For the cancel token's eventfd.
+        .enable_io()
         .max_blocking_threads(opts.jobs.max(1) + 2)
         .build()
         .expect("a tokio runtime");
@@ -90,6 +90,8 @@ async fn schedule(
     let mut joins: tokio::task::JoinSet<(usize, PlannedTask, TaskResult)> = tokio::task::JoinSet::new();
     // Which task each job runs, should a job end without its result.
     let mut jobs_of: HashMap<tokio::task::Id, usize> = HashMap::new();
+    let cancelled = runner.cancel.cancelled();
+    tokio::pin!(cancelled);
 
     loop {
         // Start what can start, and settle what never will.
@@ -172,21 +174,24 @@ async fn schedule(
         if running == 0 {
             break;
         }
-        // Wait for a task to end, looking at Ctrl-C now and then.
-        let next = tokio::time::timeout(Duration::from_millis(50), joins.join_next_with_id()).await;
+        // Wait for a task to end, or for Ctrl-C: then what waits is
+        // settled at once (a task being stopped ends on its own).
+        let next = tokio::select! {
+            next = joins.join_next_with_id() => next,
+            () = &mut cancelled, if !runner.cancel.is_cancelled() => continue,
+        };
         let (i, t, r) = match next {
-            Err(_) => continue,
-            Ok(Some(Ok((id, done)))) => {
+            Some(Ok((id, done))) => {
                 jobs_of.remove(&id);
                 done
             }
-            Ok(Some(Err(e))) => {
+            Some(Err(e)) => {
                 let Some(i) = jobs_of.remove(&e.id()) else { continue };
                 let t = tasks[i].clone();
                 let r = TaskResult::new(t.end().ended(TaskState::Failed, format!("internal error: {e}")));
                 (i, t, r)
             }
-            Ok(None) => {
+            None => {
                 // No job left although some counted as running: cannot
                 // happen; end rather than spin.
                 debug_assert!(false, "{running} jobs counted but none left");

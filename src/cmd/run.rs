@@ -218,34 +218,25 @@ fn write_report(path: &Path, bytes: &[u8]) {
     }
 }
 
-/// Ctrl-C: the first stops new tasks and ends running agents (through
-/// `cancel`); a second ends cassist at once. Returns the count of
-/// interrupts seen.
+/// Ctrl-C (or SIGTERM): the first stops new tasks and ends running agents
+/// (by cancelling `cancel`, which wakes every wait at once); a second kills
+/// every child's process group and ends cassist at once. Returns the count
+/// of interrupts seen.
 fn install_ctrl_c(cancel: Cancel) -> &'static AtomicUsize {
     static COUNT: AtomicUsize = AtomicUsize::new(0);
-    extern "C" fn on_int(_: libc::c_int) {
-        let n = COUNT.fetch_add(1, Ordering::SeqCst);
-        if n >= 1 {
-            crate::process::kill_all_groups();
-            // SAFETY: _exit is async-signal-safe.
-            unsafe { libc::_exit(crate::exit::INTERRUPTED) };
-        }
-    }
-    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
-    let action = SigAction::new(SigHandler::Handler(on_int), SaFlags::SA_RESTART, SigSet::empty());
-    // SAFETY: the handler only touches atomics and async-signal-safe calls.
-    unsafe {
-        let _ = sigaction(Signal::SIGINT, &action);
-        let _ = sigaction(Signal::SIGTERM, &action);
-    }
-    std::thread::spawn(move || {
-        loop {
-            if COUNT.load(Ordering::SeqCst) > 0 {
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let cancel = cancel.clone();
+        let action = move || {
+            if COUNT.fetch_add(1, Ordering::SeqCst) == 0 {
                 cancel.cancel();
-                return;
+            } else {
+                crate::process::kill_all_groups();
+                signal_hook::low_level::exit(crate::exit::INTERRUPTED);
             }
-            std::thread::sleep(std::time::Duration::from_millis(25));
-        }
-    });
+        };
+        // SAFETY: the action is async-signal-safe: atomics, and `write`
+        // (Cancel::cancel), `kill` and `_exit`.
+        let _ = unsafe { signal_hook::low_level::register(signal, action) };
+    }
     &COUNT
 }
