@@ -605,12 +605,7 @@ impl Finished {
 /// drain). No thread is started, nothing is looked at on a tick.
 pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> io::Result<Finished> {
     let started = Instant::now();
-    let mut program = resolve_program(cmd)?;
-    if program.is_relative() {
-        // The child changes folder before its exec: a relative path would
-        // be taken from `cwd` a second time.
-        program = program.canonicalize().map_err(|e| spawn_error(cmd, &program, e))?;
-    }
+    let program = resolve_program(cmd)?;
     if !cmd.cwd.is_dir() {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
@@ -625,13 +620,70 @@ pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> io::Result<Fi
             None => None,
         };
     let cancel_fd = cancel.0.fd()?.as_raw_fd();
+    let (mut child, out_reader, stdin_writer) = spawn(cmd, &program)?;
+    let pid = child.id();
+    let pgid = pid as i32;
+    let mut guard = GroupGuard::register(pgid);
+    let exit = match ExitWatch::new(pid) {
+        Ok(w) => w,
+        Err(e) => {
+            signal_group(pgid, Signal::SIGKILL);
+            let _ = child.wait();
+            guard.disarm();
+            return Err(e);
+        }
+    };
+    let feed = match (stdin_writer, cmd.stdin.as_deref()) {
+        (Some(writer), Some(bytes)) if !bytes.is_empty() => Some(Feed { writer, bytes, written: 0 }),
+        // Nothing to write: dropping our end closes the child's stdin.
+        _ => None,
+    };
+    let mut watched = Watched {
+        child,
+        pgid,
+        guard,
+        exit,
+        output: Output::new(out_reader, transcript, redactor, cmd.tail_limit),
+        feed,
+        cancel,
+        cancel_fd,
+    };
+    let (status, stopped_by) = watched.wait(cmd.timeout.map(|t| started + t), cmd.grace);
+    let captured = watched.output.finish();
+    watched.exit.finish();
+    wait_until_members_gone(pgid);
 
+    let status = status?;
+    let outcome = match stopped_by {
+        Some(o) => o,
+        None => match (status.code(), status.signal()) {
+            (Some(code), _) => Outcome::Exited(code),
+            (None, Some(sig)) => Outcome::Signaled(sig),
+            (None, None) => Outcome::Exited(-1),
+        },
+    };
+    Ok(Finished {
+        outcome,
+        duration: started.elapsed(),
+        tail: captured.tail,
+        output_bytes: captured.output_bytes,
+        killed_by_oom_hint: captured.killed_hint,
+        pid,
+        timeout: cmd.timeout,
+        transcript_error: captured.transcript_error.map(|e| e.to_string()),
+    })
+}
+
+/// Starts `program` as `cmd` says, in its own process group. Returns the
+/// child, our end of its output pipe (stdout and stderr) and, when it gets
+/// stdin, our end of that pipe.
+fn spawn(cmd: &Command, program: &Path) -> io::Result<(std::process::Child, io::PipeReader, Option<io::PipeWriter>)> {
     // Our ends of the pipes are close-on-exec and non-blocking (the child's
     // ends are separate open files, blocking as usual); the child gets its
     // ends as fds 0, 1 and 2 only.
     let (out_reader, out_writer) = io::pipe()?;
     set_nonblocking(out_reader.as_raw_fd())?;
-    let mut spawn = std::process::Command::new(&program);
+    let mut spawn = std::process::Command::new(program);
     spawn
         .arg0(&cmd.argv[0])
         .args(&cmd.argv[1..])
@@ -662,119 +714,100 @@ pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> io::Result<Fi
             Ok(())
         });
     }
-    let child = spawn.spawn().map_err(|e| spawn_error(cmd, &program, e));
+    let child = spawn.spawn().map_err(|e| spawn_error(cmd, program, e));
     // The builder holds our copies of the child's pipe ends: close them, or
     // we would never see EOF on the output.
     drop(spawn);
-    let mut child = child?;
-    let pid = child.id();
-    let pgid = pid as i32;
-    let mut guard = GroupGuard::register(pgid);
-    let watch = match ExitWatch::new(pid) {
-        Ok(w) => w,
-        Err(e) => {
-            signal_group(pgid, Signal::SIGKILL);
-            let _ = child.wait();
-            guard.disarm();
-            return Err(e);
-        }
-    };
+    Ok((child?, out_reader, stdin_writer))
+}
 
-    let mut output = Output::new(out_reader, transcript, redactor, cmd.tail_limit);
-    let mut feed = match (stdin_writer, cmd.stdin.as_deref()) {
-        (Some(writer), Some(bytes)) if !bytes.is_empty() => Some(Feed { writer, bytes, written: 0 }),
-        // Nothing to write: dropping our end closes the child's stdin.
-        _ => None,
-    };
-    let deadline = cmd.timeout.map(|t| started + t);
-    let mut stopped_by: Option<Outcome> = None;
-    let mut kill_at: Option<Instant> = None;
-    let mut status: Option<io::Result<std::process::ExitStatus>> = None;
-    let mut drain_until: Option<Instant> = None;
-    let mut set = PollSet::default();
-    loop {
-        let now = Instant::now();
-        if status.is_none() {
+/// A started child and everything [`Watched::wait`] selects on.
+struct Watched<'a> {
+    child: std::process::Child,
+    pgid: i32,
+    guard: GroupGuard,
+    exit: ExitWatch,
+    output: Output,
+    feed: Option<Feed<'a>>,
+    cancel: &'a Cancel,
+    cancel_fd: RawFd,
+}
+
+impl Watched<'_> {
+    /// Runs the child to its end, reading its output and writing its stdin
+    /// meanwhile; stops it at `deadline` or on cancel (SIGTERM to the group,
+    /// SIGKILL after `grace`). Returns its reaped status and, if cassist
+    /// stopped it, why. Output is read until EOF, or for at most
+    /// [`DRAIN_LIMIT`] once the child is reaped.
+    fn wait(
+        &mut self,
+        deadline: Option<Instant>,
+        grace: Duration,
+    ) -> (io::Result<std::process::ExitStatus>, Option<Outcome>) {
+        let mut stopped_by: Option<Outcome> = None;
+        let mut kill_at: Option<Instant> = None;
+        let mut set = PollSet::default();
+        loop {
+            let now = Instant::now();
             if stopped_by.is_none() {
-                if cancel.is_cancelled() {
+                if self.cancel.is_cancelled() {
                     stopped_by = Some(Outcome::Cancelled);
                 } else if deadline.is_some_and(|d| now >= d) {
                     stopped_by = Some(Outcome::TimedOut);
                 }
                 if stopped_by.is_some() {
-                    signal_group(pgid, Signal::SIGTERM);
-                    kill_at = Some(now + cmd.grace);
+                    signal_group(self.pgid, Signal::SIGTERM);
+                    kill_at = Some(now + grace);
                 }
             }
             if kill_at.is_some_and(|k| now >= k) {
-                signal_group(pgid, Signal::SIGKILL);
+                signal_group(self.pgid, Signal::SIGKILL);
                 kill_at = None;
             }
-        } else if output.done || drain_until.is_some_and(|d| now >= d) {
-            // Output still held open after the drain can only be an escaped
-            // process's.
-            break;
-        }
 
-        set.clear();
-        let running = status.is_none();
-        let exit_at = running.then(|| set.add(watch.fd(), libc::POLLIN));
-        if running && stopped_by.is_none() {
-            // Ready once cancelled; looked at above.
-            set.add(cancel_fd, libc::POLLIN);
-        }
-        let out_at = (!output.done).then(|| set.add(output.fd(), libc::POLLIN));
-        let in_at = feed.as_ref().map(|f| set.add(f.writer.as_raw_fd(), libc::POLLOUT));
-        let wake_at = match (running, stopped_by) {
-            (true, None) => deadline,
-            (true, Some(_)) => kill_at,
-            (false, _) => drain_until,
-        };
-        set.wait(wake_at);
+            set.clear();
+            let exit_at = set.add(self.exit.fd(), libc::POLLIN);
+            if stopped_by.is_none() {
+                // Ready once cancelled; looked at above.
+                set.add(self.cancel_fd, libc::POLLIN);
+            }
+            let out_at = (!self.output.done).then(|| set.add(self.output.fd(), libc::POLLIN));
+            let in_at = self.feed.as_ref().map(|f| set.add(f.writer.as_raw_fd(), libc::POLLOUT));
+            set.wait(if stopped_by.is_none() { deadline } else { kill_at });
 
-        if exit_at.is_some_and(|i| set.ready(i)) {
-            // The child has exited but is not reaped yet, so its pid still
-            // names this group: kill what it left behind, then reap it.
-            signal_group(pgid, Signal::SIGKILL);
-            status = Some(child.wait());
-            guard.disarm();
-            // An escaped process may hold stdin without reading it.
-            feed = None;
-            drain_until = Some(Instant::now() + DRAIN_LIMIT);
+            if set.ready(exit_at) {
+                break;
+            }
+            if out_at.is_some_and(|i| set.ready(i)) {
+                self.output.read();
+            }
+            if let (Some(i), Some(f)) = (in_at, &mut self.feed)
+                && set.ready(i)
+                && !f.write()
+            {
+                self.feed = None;
+            }
         }
-        if out_at.is_some_and(|i| set.ready(i)) {
-            output.read();
+        // The child has exited but is not reaped yet, so its pid still names
+        // this group: kill what it left behind, then reap it.
+        signal_group(self.pgid, Signal::SIGKILL);
+        let status = self.child.wait();
+        self.guard.disarm();
+        // An escaped process may hold stdin without reading it.
+        self.feed = None;
+        // Output still held open after the drain can only be an escaped
+        // process's.
+        let drain_until = Instant::now() + DRAIN_LIMIT;
+        while !self.output.done && Instant::now() < drain_until {
+            set.clear();
+            set.add(self.output.fd(), libc::POLLIN);
+            set.wait(Some(drain_until));
+            if set.ready(0) {
+                self.output.read();
+            }
         }
-        if let (Some(i), Some(f)) = (in_at, &mut feed)
-            && set.ready(i)
-            && !f.write()
-        {
-            feed = None;
-        }
+        (status, stopped_by)
     }
-    let captured = output.finish();
-    watch.finish();
-    wait_until_members_gone(pgid);
-
-    let status = status.unwrap_or_else(|| Err(io::Error::other("the child was not reaped")))?;
-    let outcome = match stopped_by {
-        Some(o) => o,
-        None => match (status.code(), status.signal()) {
-            (Some(code), _) => Outcome::Exited(code),
-            (None, Some(sig)) => Outcome::Signaled(sig),
-            (None, None) => Outcome::Exited(-1),
-        },
-    };
-    Ok(Finished {
-        outcome,
-        duration: started.elapsed(),
-        tail: captured.tail,
-        output_bytes: captured.output_bytes,
-        killed_by_oom_hint: captured.killed_hint,
-        pid,
-        timeout: cmd.timeout,
-        transcript_error: captured.transcript_error.map(|e| e.to_string()),
-    })
 }
 
 /// The fds one wait of [`run`] is for.
@@ -1243,16 +1276,27 @@ fn resolve_program(cmd: &Command) -> io::Result<PathBuf> {
                 format!("program `{}` not found: no file {}", prog.to_string_lossy(), full.display()),
             ));
         }
-        return Ok(full);
+        return absolute(cmd, full);
     }
     let search: &OsStr =
         cmd.env.iter().rev().find(|(k, _)| k == "PATH").map_or(OsStr::new(DEFAULT_PATH), |(_, v)| v.as_os_str());
-    find_in_path(prog, search, &cmd.cwd).ok_or_else(|| {
+    let found = find_in_path(prog, search, &cmd.cwd).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::NotFound,
             format!("program `{}` not found in PATH ({})", prog.to_string_lossy(), search.to_string_lossy()),
         )
-    })
+    })?;
+    absolute(cmd, found)
+}
+
+/// `program` as a path that does not depend on the current folder: the
+/// child changes folder before its exec, so a relative path (only with a
+/// relative `cwd`) would be taken from `cwd` a second time.
+fn absolute(cmd: &Command, program: PathBuf) -> io::Result<PathBuf> {
+    if program.is_absolute() {
+        return Ok(program);
+    }
+    program.canonicalize().map_err(|e| spawn_error(cmd, &program, e))
 }
 
 /// The first executable file named `program` in the folders of `path`
@@ -1427,6 +1471,21 @@ mod tests {
         // A script's $0 is the path the kernel was given: the resolved one.
         let expected = format!("agent {}\n", dir.path().join("./agent.sh").display());
         assert_eq!(go(&c).tail, expected);
+    }
+
+    #[test]
+    fn relative_program_in_a_relative_cwd_is_found_once() {
+        // The tests run in the crate's folder, where `target/` exists.
+        let dir = tempfile::Builder::new().prefix("process-test-").tempdir_in("target").unwrap();
+        let rel = Path::new("target").join(dir.path().file_name().unwrap());
+        std::fs::write(dir.path().join("agent.sh"), "#!/bin/sh\necho ran\n").unwrap();
+        std::fs::set_permissions(dir.path().join("agent.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut c = Command::new(["./agent.sh"], &rel);
+        c.env = base_env();
+        assert_eq!(go(&c).tail, "ran\n");
+        let mut c = Command::new(["agent.sh"], &rel);
+        c.env = vec![("PATH".into(), ".".into())];
+        assert_eq!(go(&c).tail, "ran\n");
     }
 
     #[test]
