@@ -23,11 +23,11 @@ pub fn builtin_program(name: &str) -> Option<(&'static str, &'static str)> {
 pub fn which(program: &str, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
     if program.contains('/') {
         let p = Path::new(program);
-        return crate::process::is_executable_file(p).then(|| p.to_path_buf());
+        return process::is_executable_file(p).then(|| p.to_path_buf());
     }
     let path_var = path_var.map(ToOwned::to_owned).or_else(|| std::env::var_os("PATH"))?;
     // Relative entries stay relative to the current folder.
-    crate::process::find_in_path(program.as_ref(), &path_var, Path::new(""))
+    process::find_in_path(program.as_ref(), &path_var, Path::new(""))
 }
 
 /// Runs `program --version` with a timeout and returns its first line that
