@@ -467,6 +467,11 @@ pub struct Command {
     pub transcript: Option<PathBuf>,
     /// How many of the last output bytes [`Finished::tail`] keeps.
     pub tail_limit: usize,
+    /// The child gets `SIGKILL` when cassist dies, even by `SIGKILL`
+    /// (`PR_SET_PDEATHSIG`). This needs a hook between `fork` and `exec`, so
+    /// a full `fork`; without it the child is started the cheaper way
+    /// (`posix_spawn`, a `vfork`).
+    pub die_with_cassist: bool,
 }
 
 impl std::fmt::Debug for Command {
@@ -480,13 +485,14 @@ impl std::fmt::Debug for Command {
             .field("grace", &self.grace)
             .field("transcript", &self.transcript)
             .field("tail_limit", &self.tail_limit)
+            .field("die_with_cassist", &self.die_with_cassist)
             .finish()
     }
 }
 
 impl Command {
     /// A command with an empty environment, no stdin, no timeout, a 5 s
-    /// grace, no transcript and an 8 KiB tail.
+    /// grace, no transcript and an 8 KiB tail, that dies with cassist.
     pub fn new<I, S>(argv: I, cwd: impl Into<PathBuf>) -> Command
     where
         I: IntoIterator<Item = S>,
@@ -501,12 +507,15 @@ impl Command {
             grace: Duration::from_secs(5),
             transcript: None,
             tail_limit: 8 * 1024,
+            die_with_cassist: true,
         }
     }
 
     /// A command with cassist's own environment and current folder, for
-    /// cassist's own helpers and `--version` probes (agents and acceptance
-    /// commands get an environment made for them).
+    /// cassist's own short helpers and `--version` probes (agents and
+    /// acceptance commands get an environment made for them). It does not
+    /// die with cassist (it ends by itself or at its timeout), so it starts
+    /// without a full `fork` of cassist.
     pub fn inheriting<I, S>(argv: I) -> Command
     where
         I: IntoIterator<Item = S>,
@@ -515,6 +524,7 @@ impl Command {
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
         let mut c = Command::new(argv, cwd);
         c.env = std::env::vars_os().collect();
+        c.die_with_cassist = false;
         c
     }
 
@@ -706,13 +716,15 @@ fn spawn(cmd: &Command, program: &Path) -> io::Result<(std::process::Child, io::
             None
         }
     };
-    // If cassist itself dies (SIGKILL), the command dies with it.
-    // SAFETY: prctl is async-signal-safe; nothing else runs in the hook.
-    unsafe {
-        spawn.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
-            Ok(())
-        });
+    if cmd.die_with_cassist {
+        // If cassist itself dies (SIGKILL), the command dies with it.
+        // SAFETY: prctl is async-signal-safe; nothing else runs in the hook.
+        unsafe {
+            spawn.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+                Ok(())
+            });
+        }
     }
     let child = spawn.spawn().map_err(|e| spawn_error(cmd, program, e));
     // The builder holds our copies of the child's pipe ends: close them, or
@@ -1448,6 +1460,16 @@ mod tests {
         let mut got: Vec<&str> = f.tail.lines().collect();
         got.sort();
         assert_eq!(got, ["CASSIST_TASK=demo/part", "EMPTY=", "PATH=/usr/bin:/bin", "SPACED=a b  c"]);
+    }
+
+    #[test]
+    fn inheriting_takes_our_environment_and_folder() {
+        let c = Command::inheriting(["sh", "-c", "pwd; echo \"PATH=$PATH\""]);
+        assert!(!c.die_with_cassist);
+        let f = go(&c);
+        let here = std::env::current_dir().unwrap();
+        let path = std::env::var("PATH").unwrap();
+        assert_eq!(f.tail, format!("{}\nPATH={path}\n", here.display()));
     }
 
     #[test]
