@@ -1,0 +1,20 @@
+//! The integration suite: one test binary (`cargo test --test it`), one
+//! module per area, and the shared [`support`] (the fixture builder, the
+//! command runner, the sandbox check).
+//!
+//! Run one area with `cargo test --test it AREA::`, e.g. `cargo test --test
+//! it agents::` for the end-to-end suite of the four agent CLIs.
+
+mod support;
+
+mod agents;
+mod cache;
+mod cli;
+mod demo;
+mod fuzz;
+mod hash;
+mod parallel;
+mod run;
+mod specs;
+mod split;
+mod workspace;
