@@ -9,7 +9,7 @@
 #   true          `true` alone (the floor: starting one process)
 #   git-worktree  `git worktree add --detach` of the same repository
 #   cp-r          `cp -r` of the same repository
-# and, through the library (an ignored test of tests/workspace.rs, built in
+# and, through the library (an ignored test of tests/it/workspace.rs, built in
 # release mode), `Workspace::create` + running `true` inside, in the overlay
 # and in the copy mode (`lib-overlay`, `lib-copy`), with the time of
 # `changes()` on the untouched workspace, of waiting for the manifest and of
@@ -248,9 +248,9 @@ rm -rf "$SCRATCH/copy"
 # The library figures: an ignored test prints one BENCH line per mode.
 declare -A LIB_SETUP LIB_CHANGES LIB_MANIFEST LIB_DROP
 if [[ $LIB == 1 ]]; then
-    log "building and running the library measurement (cargo test --release --test workspace)"
+    log "building and running the library measurement (cargo test --release --test it workspace::bench_workspace_setup)"
     if (cd "$ROOT" && CASSIST_BENCH_REPO=$REPO CASSIST_BENCH_RUNS=$RUNS_LIB CASSIST_BENCH_RUNS_COPY=$RUNS_LIB_COPY \
-        cargo test --release --test workspace -- --ignored --exact bench_workspace_setup --nocapture) \
+        cargo test --release --test it -- --ignored --exact workspace::bench_workspace_setup --nocapture) \
         >"$OUT/lib.stdout" 2>"$OUT/lib.stderr"; then
         while read -r _ mode runs setup changes manifest dropping; do
             mode=${mode#mode=}

@@ -32,6 +32,7 @@ use crate::support::{
 
 /// Whether overlay workspaces work here (else the overlay case is skipped,
 /// or fails under `CASSIST_REQUIRE_SANDBOX=1`).
+#[track_caller]
 fn overlay_available() -> bool {
     sandbox_or_skip(Sandbox::Overlay)
 }
