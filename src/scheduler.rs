@@ -70,115 +70,39 @@ pub fn run(
 async fn schedule(
     runner: Arc<Runner>,
     tasks: Vec<PlannedTask>,
-    mut outputs: HashMap<String, String>,
+    outputs: HashMap<String, String>,
     opts: &Options,
     finished: &mut dyn FnMut(&TaskEnd),
 ) -> Outcome {
-    let index: HashMap<String, usize> = tasks.iter().enumerate().map(|(i, t)| (t.task.name.clone(), i)).collect();
-    let deps: Vec<Vec<usize>> =
-        tasks.iter().map(|t| t.key.spec.depends_on.iter().filter_map(|d| index.get(d).copied()).collect()).collect();
-    let mut slots: Vec<Slot> = tasks.iter().map(|_| Slot::Waiting).collect();
-    let mut reports: Vec<TaskEnd> = Vec::with_capacity(tasks.len());
-    let mut lock = runner.plan.lock.clone();
-    let mut needs_agent: Vec<(String, Vec<String>)> = Vec::new();
-    // Fail-fast: why no new task starts.
-    let mut stop: Option<String> = None;
-    // Until a task of this run touches the tree, the plan's hashes are the
-    // tree's: hashing again is needed only from then on.
-    let mut touched = false;
-    let mut running = 0usize;
+    let mut run = Schedule::new(runner, tasks, outputs, opts);
     let mut joins: tokio::task::JoinSet<(usize, PlannedTask, TaskResult)> = tokio::task::JoinSet::new();
     // Which task each job runs, should a job end without its result.
     let mut jobs_of: HashMap<tokio::task::Id, usize> = HashMap::new();
-    let cancelled = runner.cancel.cancelled();
+    let cancel = run.runner.cancel.clone();
+    let cancelled = cancel.cancelled();
     tokio::pin!(cancelled);
 
     loop {
         // Start what can start, and settle what never will.
-        let mut progress = true;
-        while progress {
-            progress = false;
-            for i in 0..tasks.len() {
-                if !matches!(slots[i], Slot::Waiting) {
-                    continue;
-                }
-                let t = &tasks[i];
-                let failed_dep = deps[i].iter().copied().find(|&d| match slots[d] {
-                    Slot::Done(r) => !reports[r].state().is_success(),
-                    _ => false,
+        for (i, t, job) in run.start_ready(finished) {
+            let runner = run.runner.clone();
+            let handle = joins.spawn_blocking(move || {
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&runner, &t)));
+                let r = ran.unwrap_or_else(|_| {
+                    TaskResult::new(t.end().ended(TaskState::Failed, "internal error: the task's thread panicked"))
                 });
-                let waiting_for_dep = deps[i].iter().any(|&d| !matches!(slots[d], Slot::Done(_)));
-                let report = if runner.cancel.is_cancelled() {
-                    Some(TaskResult::new(t.skipped("interrupted")))
-                } else if let Some(dep) = failed_dep
-                    && !(opts.locked && waiting_for_dep)
-                {
-                    let passed = |name: &String| match index.get(name) {
-                        // Outside this run: it was up to date.
-                        None => true,
-                        Some(&j) => matches!(slots[j], Slot::Done(r) if reports[r].state().is_success()),
-                    };
-                    Some(TaskResult::new(dependency_failed(
-                        &runner,
-                        t,
-                        &tasks[dep],
-                        opts,
-                        &passed,
-                        &mut needs_agent,
-                        &mut outputs,
-                    )))
-                } else if let Some(why) = &stop {
-                    Some(TaskResult::new(t.skipped(why.clone())))
-                } else if waiting_for_dep || failed_dep.is_some() || running >= opts.jobs {
-                    None
-                } else {
-                    let mut t = t.clone();
-                    match start(&runner, &mut t, opts, touched, &outputs, &lock, &reports, &slots, &index) {
-                        Start::Done(r) => {
-                            let r = *r;
-                            if opts.locked && r.state() == TaskState::Skipped && t.state == State::Run {
-                                needs_agent.push((t.task.name.clone(), crate::cache::why(&runner.plan, &t)));
-                                outputs.insert(t.task.name.clone(), t.hash.clone());
-                            }
-                            Some(TaskResult::new(r))
-                        }
-                        Start::Spawn(job) => {
-                            slots[i] = Slot::Running;
-                            running += 1;
-                            let runner = runner.clone();
-                            let handle = joins.spawn_blocking(move || {
-                                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&runner, &t)));
-                                let r = ran.unwrap_or_else(|_| {
-                                    TaskResult::new(
-                                        t.end().ended(TaskState::Failed, "internal error: the task's thread panicked"),
-                                    )
-                                });
-                                (i, t, r)
-                            });
-                            jobs_of.insert(handle.id(), i);
-                            None
-                        }
-                    }
-                };
-                if let Some(r) = report {
-                    // Settled without a job (skipped, up-to-date, --locked).
-                    let t = tasks[i].clone();
-                    let r = settle(&runner, &t, r, &mut lock, &mut outputs, &mut touched, &mut stop, opts);
-                    finished(&r);
-                    slots[i] = Slot::Done(reports.len());
-                    reports.push(r);
-                    progress = true;
-                }
-            }
+                (i, t, r)
+            });
+            jobs_of.insert(handle.id(), i);
         }
-        if running == 0 {
+        if run.running == 0 {
             break;
         }
         // Wait for a task to end, or for Ctrl-C: then what waits is
         // settled at once (a task being stopped ends on its own).
         let next = tokio::select! {
             next = joins.join_next_with_id() => next,
-            () = &mut cancelled, if !runner.cancel.is_cancelled() => continue,
+            () = &mut cancelled, if !cancel.is_cancelled() => continue,
         };
         let (i, t, r) = match next {
             Some(Ok((id, done))) => {
@@ -187,37 +111,176 @@ async fn schedule(
             }
             Some(Err(e)) => {
                 let Some(i) = jobs_of.remove(&e.id()) else { continue };
-                let t = tasks[i].clone();
+                let t = run.tasks[i].clone();
                 let r = TaskResult::new(t.end().ended(TaskState::Failed, format!("internal error: {e}")));
                 (i, t, r)
             }
             None => {
                 // No job left although some counted as running: cannot
                 // happen; end rather than spin.
-                debug_assert!(false, "{running} jobs counted but none left");
+                debug_assert!(false, "{} jobs counted but none left", run.running);
                 break;
             }
         };
-        running -= 1;
-        let r = settle(&runner, &t, r, &mut lock, &mut outputs, &mut touched, &mut stop, opts);
-        finished(&r);
-        slots[i] = Slot::Done(reports.len());
-        reports.push(r);
+        run.running -= 1;
+        run.done(i, &t, r, finished);
+    }
+    run.outcome()
+}
+
+/// The state of one run: which task waits, runs or is done, what each
+/// hands its dependents, the lock file as recorded so far.
+struct Schedule<'a> {
+    runner: Arc<Runner>,
+    tasks: Vec<PlannedTask>,
+    opts: &'a Options,
+    index: HashMap<String, usize>,
+    /// Per task, the tasks of this run it depends on.
+    deps: Vec<Vec<usize>>,
+    slots: Vec<Slot>,
+    /// Finished tasks, in the order they ended (slots point into it).
+    reports: Vec<TaskEnd>,
+    outputs: HashMap<String, String>,
+    lock: Lock,
+    needs_agent: Vec<(String, Vec<String>)>,
+    /// Fail-fast: why no new task starts.
+    stop: Option<String>,
+    /// Until a task of this run touches the tree, the plan's hashes are
+    /// the tree's: hashing again is needed only from then on.
+    touched: bool,
+    running: usize,
+}
+
+impl<'a> Schedule<'a> {
+    fn new(
+        runner: Arc<Runner>,
+        tasks: Vec<PlannedTask>,
+        outputs: HashMap<String, String>,
+        opts: &'a Options,
+    ) -> Schedule<'a> {
+        let index: HashMap<String, usize> = tasks.iter().enumerate().map(|(i, t)| (t.task.name.clone(), i)).collect();
+        let deps = tasks
+            .iter()
+            .map(|t| t.key.spec.depends_on.iter().filter_map(|d| index.get(d).copied()).collect())
+            .collect();
+        let slots = tasks.iter().map(|_| Slot::Waiting).collect();
+        let lock = runner.plan.lock.clone();
+        Schedule {
+            reports: Vec::with_capacity(tasks.len()),
+            runner,
+            tasks,
+            opts,
+            index,
+            deps,
+            slots,
+            outputs,
+            lock,
+            needs_agent: Vec::new(),
+            stop: None,
+            touched: false,
+            running: 0,
+        }
     }
 
-    // Reports in run order.
-    let mut ordered: Vec<Option<TaskEnd>> = reports.into_iter().map(Some).collect();
-    let reports = slots
-        .iter()
-        .enumerate()
-        .map(|(i, s)| match s {
-            Slot::Done(r) => ordered[*r].take().unwrap_or_else(|| tasks[i].end()),
-            // Every task is settled before the loop ends; should one not be,
-            // it is reported, not lost.
-            _ => tasks[i].skipped("not run (internal error)"),
-        })
-        .collect();
-    Outcome { reports, outputs, lock, needs_agent, touched }
+    /// Settles every waiting task that can be settled without a job and
+    /// returns the jobs of those that can start now (marked running).
+    fn start_ready(&mut self, finished: &mut dyn FnMut(&TaskEnd)) -> Vec<(usize, PlannedTask, Job)> {
+        let mut jobs = Vec::new();
+        let mut progress = true;
+        while progress {
+            progress = false;
+            for i in 0..self.tasks.len() {
+                if !matches!(self.slots[i], Slot::Waiting) {
+                    continue;
+                }
+                match self.next_step(i) {
+                    Step::Wait => {}
+                    Step::Settled(r) => {
+                        let t = self.tasks[i].clone();
+                        self.done(i, &t, *r, finished);
+                        progress = true;
+                    }
+                    Step::Job(t, job) => {
+                        self.slots[i] = Slot::Running;
+                        self.running += 1;
+                        jobs.push((i, *t, job));
+                    }
+                }
+            }
+        }
+        jobs
+    }
+
+    fn succeeded(&self, i: usize) -> Option<bool> {
+        match self.slots[i] {
+            Slot::Done(r) => Some(self.reports[r].state().is_success()),
+            _ => None,
+        }
+    }
+
+    /// What waiting task `i` does now.
+    fn next_step(&mut self, i: usize) -> Step {
+        let failed_dep = self.deps[i].iter().copied().find(|&d| self.succeeded(d) == Some(false));
+        let waiting_for_dep = self.deps[i].iter().any(|&d| self.succeeded(d).is_none());
+        let t = &self.tasks[i];
+        if self.runner.cancel.is_cancelled() {
+            return Step::Settled(Box::new(TaskResult::new(t.skipped("interrupted"))));
+        }
+        if let Some(dep) = failed_dep
+            && !(self.opts.locked && waiting_for_dep)
+        {
+            let (t, dep) = (t.clone(), self.tasks[dep].task.name.clone());
+            return Step::Settled(Box::new(TaskResult::new(self.dependency_failed(&t, &dep))));
+        }
+        if let Some(why) = &self.stop {
+            return Step::Settled(Box::new(TaskResult::new(t.skipped(why.clone()))));
+        }
+        if waiting_for_dep || failed_dep.is_some() || self.running >= self.opts.jobs {
+            return Step::Wait;
+        }
+        let mut t = t.clone();
+        match self.start(&mut t) {
+            Start::Done(r) => {
+                if self.opts.locked && r.state() == TaskState::Skipped && t.state == State::Run {
+                    self.needs_agent.push((t.task.name.clone(), crate::cache::why(&self.runner.plan, &t)));
+                    self.outputs.insert(t.task.name.clone(), t.hash.clone());
+                }
+                Step::Settled(Box::new(TaskResult::new(*r)))
+            }
+            Start::Spawn(job) => Step::Job(Box::new(t), job),
+        }
+    }
+
+    /// Task `i` ended: recorded, handed to the reporter, marked done.
+    fn done(&mut self, i: usize, t: &PlannedTask, r: TaskResult, finished: &mut dyn FnMut(&TaskEnd)) {
+        let end = self.settle(t, r);
+        finished(&end);
+        self.slots[i] = Slot::Done(self.reports.len());
+        self.reports.push(end);
+    }
+
+    /// The reports in run order.
+    fn outcome(self) -> Outcome {
+        let mut ordered: Vec<Option<TaskEnd>> = self.reports.into_iter().map(Some).collect();
+        let reports = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match s {
+                Slot::Done(r) => ordered[*r].take().unwrap_or_else(|| self.tasks[i].end()),
+                // Every task is settled before the loop ends; should one
+                // not be, it is reported, not lost.
+                _ => self.tasks[i].skipped("not run (internal error)"),
+            })
+            .collect();
+        Outcome {
+            reports,
+            outputs: self.outputs,
+            lock: self.lock,
+            needs_agent: self.needs_agent,
+            touched: self.touched,
+        }
+    }
 }
 
 type Job = Box<dyn FnOnce(&Runner, &PlannedTask) -> TaskResult + Send>;
@@ -235,173 +298,171 @@ enum Start {
     Spawn(Job),
 }
 
-/// What a task whose dependencies all passed does: its state decides.
-#[allow(clippy::too_many_arguments)]
-fn start(
-    runner: &Runner,
-    t: &mut PlannedTask,
-    opts: &Options,
-    touched: bool,
-    outputs: &HashMap<String, String>,
-    lock: &Lock,
-    reports: &[TaskEnd],
-    slots: &[Slot],
-    index: &HashMap<String, usize>,
-) -> Start {
-    if touched && let Err(e) = rehash(runner, t, outputs) {
-        return Start::Done(Box::new(t.end().ended(TaskState::Failed, e)));
-    }
-    if opts.no_cache {
-        t.state = State::Run;
-    }
-    match t.state {
-        State::UpToDate => Start::Done(Box::new(up_to_date(runner, t, lock))),
-        State::Replay => match lock.tasks.get(&t.task.name).and_then(|l| runner.plan.store.get_entry(&l.before)) {
-            Some(entry) => Start::Spawn(Box::new(move |runner, t| runner.replay_task(t, &entry))),
-            None => {
-                Start::Done(Box::new(t.end().ended(TaskState::Failed, "the stored change vanished from the store")))
-            }
-        },
-        State::Run if opts.locked => {
-            let why = crate::cache::why(&runner.plan, t);
-            Start::Done(Box::new(t.skipped(format!("--locked: an agent would be needed ({})", why.join("; ")))))
-        }
-        State::Run if runner.budget_reached() => Start::Done(Box::new(t.skipped(format!(
-            "not started: --max-cost ${:.2} reached (agents reported ${:.2})",
-            runner.max_cost.unwrap_or_default(),
-            runner.spent_usd()
-        )))),
-        State::Run => {
-            // The findings of its explore/review dependencies.
-            let summaries: Vec<(String, String)> = runner
-                .plan
-                .summary_dependencies(t)
-                .iter()
-                .filter_map(|d| {
-                    let summary = match index.get(&d.task.name) {
-                        Some(&i) => match slots[i] {
-                            Slot::Done(r) => reports[r].report.summary.clone(),
-                            _ => None,
-                        },
-                        // Outside this run (another shard): up to date, its
-                        // findings are in the store.
-                        None => lock
-                            .tasks
-                            .get(&d.task.name)
-                            .and_then(|l| runner.plan.store.get_entry(&l.before))
-                            .and_then(|e| e.summary),
-                    };
-                    summary.map(|s| (d.task.name.clone(), s))
-                })
-                .collect();
-            // A task that had to be split last time starts split.
-            let split = lock
-                .tasks
-                .get(&t.task.name)
-                .and_then(|l| runner.plan.store.get_entry(&l.before))
-                .map(|e| e.split)
-                .unwrap_or_default();
-            Start::Spawn(Box::new(move |runner, t| runner.run_task(t, &summaries, &split)))
-        }
-    }
+/// What a waiting task does now.
+enum Step {
+    /// A dependency has not ended, or no job slot is free.
+    Wait,
+    /// Settled on the spot (skipped, up-to-date, --locked, ...).
+    Settled(Box<TaskResult>),
+    /// Runs as a job.
+    Job(Box<PlannedTask>, Job),
 }
 
-/// A task whose dependency `dep` did not pass is skipped. With `--locked`,
-/// a dependency held back because it needs an agent changes this task's
-/// inputs too: it is named as needing one as well.
-#[allow(clippy::too_many_arguments)]
-fn dependency_failed(
-    runner: &Runner,
-    t: &PlannedTask,
-    dep: &PlannedTask,
-    opts: &Options,
-    passed: &dyn Fn(&String) -> bool,
-    needs_agent: &mut Vec<(String, Vec<String>)>,
-    outputs: &mut HashMap<String, String>,
-) -> TaskEnd {
-    if opts.locked {
-        let held_back = |d: &String| passed(d) || needs_agent.iter().any(|(n, _)| n == d);
-        let mut t = t.clone();
-        if t.key.spec.depends_on.iter().all(held_back)
-            && runner.plan.rehash(&mut t, outputs).is_ok()
-            && t.state == State::Run
+impl Schedule<'_> {
+    /// What a task whose dependencies all passed does: its state decides.
+    fn start(&self, t: &mut PlannedTask) -> Start {
+        let runner = &self.runner;
+        if self.touched
+            && let Err(e) = rehash(runner, t, &self.outputs)
         {
-            let why = crate::cache::why(&runner.plan, &t);
-            needs_agent.push((t.task.name.clone(), why.clone()));
-            outputs.insert(t.task.name.clone(), t.hash.clone());
-            return t.skipped(format!("--locked: an agent would be needed ({})", why.join("; ")));
+            return Start::Done(Box::new(t.end().ended(TaskState::Failed, e)));
+        }
+        if self.opts.no_cache {
+            t.state = State::Run;
+        }
+        let recorded = || self.lock.tasks.get(&t.task.name).and_then(|l| runner.plan.store.get_entry(&l.before));
+        match t.state {
+            State::UpToDate => Start::Done(Box::new(up_to_date(runner, t, &self.lock))),
+            State::Replay => match recorded() {
+                Some(entry) => Start::Spawn(Box::new(move |runner, t| runner.replay_task(t, &entry))),
+                None => {
+                    Start::Done(Box::new(t.end().ended(TaskState::Failed, "the stored change vanished from the store")))
+                }
+            },
+            State::Run if self.opts.locked => {
+                let why = crate::cache::why(&runner.plan, t);
+                Start::Done(Box::new(t.skipped(format!("--locked: an agent would be needed ({})", why.join("; ")))))
+            }
+            State::Run if runner.budget_reached() => Start::Done(Box::new(t.skipped(format!(
+                "not started: --max-cost ${:.2} reached (agents reported ${:.2})",
+                runner.max_cost.unwrap_or_default(),
+                runner.spent_usd()
+            )))),
+            State::Run => {
+                let summaries = self.dependency_summaries(t);
+                // A task that had to be split last time starts split.
+                let split = recorded().map(|e| e.split).unwrap_or_default();
+                Start::Spawn(Box::new(move |runner, t| runner.run_task(t, &summaries, &split)))
+            }
         }
     }
-    t.skipped(format!("dependency `{}` did not pass", dep.task.name))
-}
 
-/// Records what a finished task did (the store entry and the lock line for
-/// what passed; a failure to record never fails the run), and notes what it
-/// hands its dependents and whether it stops the run.
-#[allow(clippy::too_many_arguments)]
-fn settle(
-    runner: &Runner,
-    t: &PlannedTask,
-    r: TaskResult,
-    lock: &mut Lock,
-    outputs: &mut HashMap<String, String>,
-    touched: &mut bool,
-    stop: &mut Option<String>,
-    opts: &Options,
-) -> TaskEnd {
-    let root = &runner.plan.project.root;
-    let output = match r.end.state() {
-        TaskState::UpToDate => lock.tasks.get(&t.task.name).map(|e| e.patch.clone()),
-        TaskState::Replayed => {
-            // The stored entry (the agent's prompts, transcripts, cost) and
-            // the lock line stand as recorded: recording the replay would
-            // drop them and churn the lock's date. Only the after-state may
-            // move.
-            let mut after = t.clone();
-            let rehashed = rehash(runner, &mut after, outputs).is_ok();
-            let moved = match lock.tasks.get_mut(&t.task.name) {
-                Some(entry) if rehashed && entry.after != after.hash => {
-                    crate::cache::update_after(&runner.plan.store, entry, &after);
-                    true
-                }
-                _ => false,
+    /// The findings of `t`'s explore/review dependencies.
+    fn dependency_summaries(&self, t: &PlannedTask) -> Vec<(String, String)> {
+        let plan = &self.runner.plan;
+        plan.summary_dependencies(t)
+            .iter()
+            .filter_map(|d| {
+                let summary = match self.index.get(&d.task.name) {
+                    Some(&i) => match self.slots[i] {
+                        Slot::Done(r) => self.reports[r].report.summary.clone(),
+                        _ => None,
+                    },
+                    // Outside this run (another shard): up to date, its
+                    // findings are in the store.
+                    None => self
+                        .lock
+                        .tasks
+                        .get(&d.task.name)
+                        .and_then(|l| plan.store.get_entry(&l.before))
+                        .and_then(|e| e.summary),
+                };
+                summary.map(|s| (d.task.name.clone(), s))
+            })
+            .collect()
+    }
+
+    /// A task whose dependency `dep` did not pass is skipped. With
+    /// `--locked`, a dependency held back because it needs an agent changes
+    /// this task's inputs too: it is named as needing one as well.
+    fn dependency_failed(&mut self, t: &PlannedTask, dep: &str) -> TaskEnd {
+        if self.opts.locked {
+            let passed = |name: &String| match self.index.get(name) {
+                // Outside this run: it was up to date.
+                None => true,
+                Some(&j) => self.succeeded(j) == Some(true),
             };
-            if moved && let Err(e) = lock.save(root) {
-                eprintln!("warning: could not write cassist.lock: {e}");
+            let held_back = |d: &String| passed(d) || self.needs_agent.iter().any(|(n, _)| n == d);
+            let mut t = t.clone();
+            if t.key.spec.depends_on.iter().all(held_back)
+                && self.runner.plan.rehash(&mut t, &self.outputs).is_ok()
+                && t.state == State::Run
+            {
+                let why = crate::cache::why(&self.runner.plan, &t);
+                self.needs_agent.push((t.task.name.clone(), why.clone()));
+                self.outputs.insert(t.task.name.clone(), t.hash.clone());
+                return t.skipped(format!("--locked: an agent would be needed ({})", why.join("; ")));
             }
-            lock.tasks.get(&t.task.name).map(|e| e.patch.clone())
         }
-        TaskState::Passed => {
-            let mut after = t.clone();
-            let recorded = rehash(runner, &mut after, outputs).map_err(std::io::Error::other).and_then(|()| {
-                let version = runner.plan.hashing.versions.get(&r.end.report.agent).cloned().flatten();
-                crate::cache::record(&runner.plan.store, lock, root, t, &after, &r, version)
-            });
-            match recorded {
-                Ok(patch) => Some(patch),
-                Err(e) => {
-                    eprintln!("warning: could not record `{}` in the cache: {e}", t.task.name);
-                    // An older record of the task no longer describes it.
-                    if lock.tasks.remove(&t.task.name).is_some()
-                        && let Err(e) = lock.save(root)
-                    {
-                        eprintln!("warning: could not write cassist.lock: {e}");
-                    }
-                    None
+        t.skipped(format!("dependency `{dep}` did not pass"))
+    }
+
+    /// Records what a finished task did (the store entry and the lock line
+    /// for what passed; a failure to record never fails the run), and notes
+    /// what it hands its dependents and whether it stops the run.
+    fn settle(&mut self, t: &PlannedTask, r: TaskResult) -> TaskEnd {
+        let output = match r.end.state() {
+            TaskState::UpToDate => self.lock.tasks.get(&t.task.name).map(|e| e.patch.clone()),
+            TaskState::Replayed => self.settle_replayed(t),
+            TaskState::Passed => self.record(t, &r),
+            _ => None,
+        };
+        if !self.outputs.contains_key(&t.task.name) || output.is_some() {
+            self.outputs.insert(t.task.name.clone(), output.unwrap_or_else(|| t.hash.clone()));
+        }
+        let end = r.end;
+        self.touched |= !matches!(end.state(), TaskState::UpToDate | TaskState::Skipped);
+        if end.state().is_failure() && !self.opts.keep_going && self.stop.is_none() && !end.interrupted {
+            self.stop =
+                Some(format!("not started: `{}` failed (use --keep-going to run independent tasks)", end.name()));
+        }
+        end
+    }
+
+    /// A replayed task: the stored entry (the agent's prompts, transcripts,
+    /// cost) and the lock line stand as recorded: recording the replay
+    /// would drop them and churn the lock's date. Only the after-state may
+    /// move. Returns the task's output.
+    fn settle_replayed(&mut self, t: &PlannedTask) -> Option<String> {
+        let mut after = t.clone();
+        let rehashed = rehash(&self.runner, &mut after, &self.outputs).is_ok();
+        let moved = match self.lock.tasks.get_mut(&t.task.name) {
+            Some(entry) if rehashed && entry.after != after.hash => {
+                crate::cache::update_after(&self.runner.plan.store, entry, &after);
+                true
+            }
+            _ => false,
+        };
+        if moved && let Err(e) = self.lock.save(&self.runner.plan.project.root) {
+            eprintln!("warning: could not write cassist.lock: {e}");
+        }
+        self.lock.tasks.get(&t.task.name).map(|e| e.patch.clone())
+    }
+
+    /// A passed task goes into the store and the lock; returns its output
+    /// (the patch hash), or `None` when it could not be recorded.
+    fn record(&mut self, t: &PlannedTask, r: &TaskResult) -> Option<String> {
+        let runner = &self.runner;
+        let root = &runner.plan.project.root;
+        let mut after = t.clone();
+        let recorded = rehash(runner, &mut after, &self.outputs).map_err(std::io::Error::other).and_then(|()| {
+            let version = runner.plan.hashing.versions.get(&r.end.report.agent).cloned().flatten();
+            crate::cache::record(&runner.plan.store, &mut self.lock, root, t, &after, r, version)
+        });
+        match recorded {
+            Ok(patch) => Some(patch),
+            Err(e) => {
+                eprintln!("warning: could not record `{}` in the cache: {e}", t.task.name);
+                // An older record of the task no longer describes it.
+                if self.lock.tasks.remove(&t.task.name).is_some()
+                    && let Err(e) = self.lock.save(root)
+                {
+                    eprintln!("warning: could not write cassist.lock: {e}");
                 }
+                None
             }
         }
-        _ => None,
-    };
-    if !outputs.contains_key(&t.task.name) || output.is_some() {
-        outputs.insert(t.task.name.clone(), output.unwrap_or_else(|| t.hash.clone()));
     }
-    let end = r.end;
-    *touched |= !matches!(end.state(), TaskState::UpToDate | TaskState::Skipped);
-    if end.state().is_failure() && !opts.keep_going && stop.is_none() && !end.interrupted {
-        *stop = Some(format!("not started: `{}` failed (use --keep-going to run independent tasks)", end.name()));
-    }
-    end
 }
 
 /// A task whose inputs equal its recorded after-state: nothing to do; its
