@@ -249,22 +249,20 @@ mod tests {
         assert!(store.get_object(&h).is_err(), "a corrupt object is refused");
     }
 
-    #[test]
-    fn an_entry_with_a_missing_object_is_not_used() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path());
-        let h = store.put_object(b"new content").unwrap();
-        let entry = Entry {
+    /// An entry of task `name` (recorded before-hash `name`) adding `x`
+    /// with the object `object`.
+    fn entry(name: &str, object: &str) -> Entry {
+        Entry {
             format: ENTRY_FORMAT,
-            task: "t".into(),
-            before: "b".into(),
-            after: "a".into(),
-            patch: "p".into(),
+            task: name.into(),
+            before: name.into(),
+            after: String::new(),
+            patch: String::new(),
             changes: vec![StoredChange {
                 path: "x".into(),
                 kind: crate::changes::ChangeKind::Added,
                 old: None,
-                new: Some(h.clone()),
+                new: Some(object.to_owned()),
                 mode: 0o100644,
             }],
             key: serde_json::json!({}),
@@ -278,8 +276,15 @@ mod tests {
             attempts: 1,
             records: Default::default(),
             split: Vec::new(),
-        };
-        store.put_entry(&entry).unwrap();
+        }
+    }
+
+    #[test]
+    fn an_entry_with_a_missing_object_is_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        let h = store.put_object(b"new content").unwrap();
+        store.put_entry(&entry("b", &h)).unwrap();
         assert!(store.get_entry("b").is_some());
         std::fs::remove_file(store.object_path(&h)).unwrap();
         assert!(store.get_entry("b").is_none());
@@ -303,36 +308,21 @@ mod tests {
     fn gc_keeps_what_is_referenced_and_the_newest() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path());
+        let epoch = std::time::UNIX_EPOCH;
         for (i, name) in ["a", "b", "c"].iter().enumerate() {
             let h = store.put_object(format!("content {i}").as_bytes()).unwrap();
-            let entry = Entry {
-                format: ENTRY_FORMAT,
-                task: (*name).into(),
-                before: (*name).into(),
-                after: String::new(),
-                patch: String::new(),
-                changes: vec![StoredChange {
-                    path: "x".into(),
-                    kind: crate::changes::ChangeKind::Added,
-                    old: None,
-                    new: Some(h),
-                    mode: 0o100644,
-                }],
-                key: serde_json::json!({}),
-                after_key: None,
-                agent: "demo".into(),
-                agent_version: None,
-                date: String::new(),
-                summary: None,
-                cost_usd: None,
-                duration_ms: 1,
-                attempts: 1,
-                records: Default::default(),
-                split: Vec::new(),
-            };
-            store.put_entry(&entry).unwrap();
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            store.put_entry(&entry(name, &h)).unwrap();
+            // Recorded one after the other: c is the newest, whatever the
+            // clock's resolution.
+            let when = epoch + std::time::Duration::from_secs(1_000_000 + i as u64 * 60);
+            std::fs::File::options().write(true).open(store.entry_path(name)).unwrap().set_modified(when).unwrap();
         }
+        let newest: Vec<String> = {
+            let mut l = store.list();
+            l.sort_by_key(|(_, _, t)| std::cmp::Reverse(*t));
+            l.into_iter().map(|(e, _, _)| e.task).collect()
+        };
+        assert_eq!(newest, ["c", "b", "a"], "the entries' ages as recorded");
         let keep: std::collections::HashSet<String> = ["a".to_owned()].into();
         let (removed, freed) = store.gc(&keep, 1).unwrap();
         assert_eq!(removed, 1, "b goes: not kept, not the newest");

@@ -41,9 +41,7 @@ impl<'a> Reader<'a> {
         span: SourceSpan,
         label: impl Into<String>,
     ) -> &mut SpecDiagnostic {
-        let d = SpecDiagnostic::error(code, message).at(self.src, span, label);
-        self.diags.push(d);
-        self.diags.last_mut()
+        self.push(SpecDiagnostic::error(code, message), span, label)
     }
 
     pub fn warn(
@@ -53,8 +51,11 @@ impl<'a> Reader<'a> {
         span: SourceSpan,
         label: impl Into<String>,
     ) -> &mut SpecDiagnostic {
-        let d = SpecDiagnostic::warning(code, message).at(self.src, span, label);
-        self.diags.push(d);
+        self.push(SpecDiagnostic::warning(code, message), span, label)
+    }
+
+    fn push(&mut self, d: SpecDiagnostic, span: SourceSpan, label: impl Into<String>) -> &mut SpecDiagnostic {
+        self.diags.push(d.at(self.src, span, label));
         self.diags.last_mut()
     }
 
