@@ -4,9 +4,9 @@
 # Makes a one-task project in a temp folder whose custom agent is a no-op
 # (`true`) and that has no acceptance command and no project test command,
 # then times, as the median of RUNS runs (after 2 warm-up runs):
-#   cassist-explore  `cassist run --filter noop-explore`: a read-only task;
+#   cassist-explore  `cassist run --no-cache --filter noop-explore`: a read-only task;
 #                    the agent runs once
-#   cassist-code     `cassist run --filter noop-code`: a code task; an agent
+#   cassist-code     `cassist run --no-cache --filter noop-code`: a code task; an agent
 #                    that changes nothing and writes no report is resumed
 #                    once (SPEC 3.4), so the agent runs twice
 #   agent            `true` run directly
@@ -99,8 +99,10 @@ if [[ $HYPERFINE == none ]] || ! command -v "$HYPERFINE" > /dev/null; then
     log "timing with a date +%s%N loop (hyperfine not used)"
 fi
 log "timing $RUNS runs each"
-explore=$(median_ns cassist-explore "$CASSIST" -q -C "$PROJ" run --filter noop-explore)
-code=$(median_ns cassist-code "$CASSIST" -q -C "$PROJ" run --filter noop-code)
+# --no-cache: every timed run starts its agent(s); without it the first
+# run records the task and the others would time the up-to-date path.
+explore=$(median_ns cassist-explore "$CASSIST" -q -C "$PROJ" run --no-cache --filter noop-explore)
+code=$(median_ns cassist-code "$CASSIST" -q -C "$PROJ" run --no-cache --filter noop-code)
 agent=$(median_ns agent "$AGENT")
 
 ms() { awk -v ns="$1" 'BEGIN { printf "%.2f ms", ns / 1e6 }'; }

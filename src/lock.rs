@@ -65,6 +65,11 @@ impl Lock {
         if let Some(lock) = parse_own_format(text) {
             return Ok(lock);
         }
+        if crate::spec::diag::too_deep(text, crate::spec::diag::MAX_KDL_DEPTH).is_some() {
+            return Err(LockError(format!(
+                "{LOCK_FILE} is nested too deeply to be a lock file; restore it from version control or delete it"
+            )));
+        }
         let doc = KdlDocument::parse_v2(text).map_err(|e| {
             let at = e.diagnostics.first().map(|d| d.span.offset()).unwrap_or(0);
             let line = text[..at.min(text.len())].matches('\n').count() + 1;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use kdl::{KdlDocument, KdlNode, KdlValue};
 use miette::SourceSpan;
 
-use super::diag::{Diagnostics, SourceFile, Spanned, SpecDiagnostic, from_kdl_error, parse_kdl, suggestion};
+use super::diag::{Diagnostics, SourceFile, Spanned, SpecDiagnostic, parse_source, suggestion};
 use super::reader::{DiagExt, Once, Reader, type_name};
 use super::task::{check_path_pattern, read_max_cost, read_positive_int};
 use super::types::SandboxLevel;
@@ -121,15 +121,10 @@ impl ProjectConfig {
 /// `root`.
 pub fn parse_config(root: &Path, src: Option<&Arc<SourceFile>>, diags: &mut Diagnostics) -> ProjectConfig {
     let mut config = ProjectConfig { source: src.cloned(), ..ProjectConfig::default() };
-    if let Some(src) = src {
-        match parse_kdl(&src.text) {
-            Ok(doc) => read_config(&mut Reader::new(src, diags), &doc, &mut config, root),
-            Err(err) => {
-                for d in from_kdl_error(src, &err) {
-                    diags.push(d);
-                }
-            }
-        }
+    if let Some(src) = src
+        && let Some(doc) = parse_source(src, diags)
+    {
+        read_config(&mut Reader::new(src, diags), &doc, &mut config, root);
     }
     if config.trust.is_none() {
         config.trust = read_agents_toml(root, diags);
@@ -179,6 +174,16 @@ fn read_config(r: &mut Reader<'_>, doc: &KdlDocument, config: &mut ProjectConfig
                             "no such file",
                         )
                         .set_help("the path is relative to the project root");
+                    } else if let Some(target) = outside_root(root, &p.value) {
+                        r.error(
+                            "path-escapes",
+                            format!("`{}` leads outside the project (to {})", p.value, target.display()),
+                            p.span,
+                            "symlink out of the project",
+                        )
+                        .set_help(
+                            "agents work on a copy of the project; files outside it cannot be used: copy the file into the project instead",
+                        );
                     } else if name == "instructions" {
                         config.instructions = Some(p);
                     } else {
@@ -408,6 +413,13 @@ fn read_agent(r: &mut Reader<'_>, node: &KdlNode) -> Option<(CustomAgent, Source
         }
     };
     Some((CustomAgent { name: name.value, def, pass_env }, name.span))
+}
+
+/// Where `rel` really is when a symlink on its way leads out of `root`.
+fn outside_root(root: &Path, rel: &str) -> Option<std::path::PathBuf> {
+    let root = root.canonicalize().ok()?;
+    let real = root.join(rel).canonicalize().ok()?;
+    (!real.starts_with(&root)).then_some(real)
 }
 
 /// Whether the entry at `span` is written as a plain `"..."` string whose

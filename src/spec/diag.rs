@@ -220,6 +220,121 @@ pub fn parse_kdl(text: &str) -> Result<kdl::KdlDocument, kdl::KdlError> {
     catch_quietly(|| kdl::KdlDocument::parse(text)).unwrap_or_else(|| kdl::KdlDocument::parse_v2(text))
 }
 
+/// The deepest nesting of children blocks (and of block comments) cassist
+/// reads. Task files need three levels; the KDL parser recurses once per
+/// level (~40 KiB of stack each in a debug build), and a file nested
+/// hundreds deep overflowed the stack of the thread parsing it.
+pub const MAX_KDL_DEPTH: usize = 32;
+
+/// Parses `src` as KDL into a document, or pushes why not: a file nested
+/// deeper than [`MAX_KDL_DEPTH`] is refused before the parser sees it, and
+/// a parse error becomes our diagnostics.
+pub fn parse_source(src: &Arc<SourceFile>, diags: &mut Diagnostics) -> Option<kdl::KdlDocument> {
+    if let Some(at) = too_deep(&src.text, MAX_KDL_DEPTH) {
+        diags.push(
+            SpecDiagnostic::error("too-deep", format!("{} is nested more than {MAX_KDL_DEPTH} levels deep", src.name))
+                .at(src, SourceSpan::from(at..at + 1), format!("level {} starts here", MAX_KDL_DEPTH + 1))
+                .help(
+                    "task files need only a few levels (`task { context { file ... } }`); close the blocks you opened",
+                ),
+        );
+        return None;
+    }
+    match parse_kdl(&src.text) {
+        Ok(doc) => Some(doc),
+        Err(err) => {
+            for d in from_kdl_error(src, &err) {
+                diags.push(d);
+            }
+            None
+        }
+    }
+}
+
+/// The byte offset where KDL text first nests children blocks `{` or
+/// block comments `/*` more than `max` deep, if it does. Strings, raw
+/// strings (v2 `#"…"#`, v1 `r#"…"#`) and line comments are skipped; a text
+/// the parser would reject anyway may be counted roughly, never missed.
+pub fn too_deep(text: &str, max: usize) -> Option<usize> {
+    let b = text.as_bytes();
+    let (mut i, mut blocks, mut comments) = (0, 0usize, 0usize);
+    let starts = |i: usize, pat: &[u8]| b.get(i..i + pat.len()) == Some(pat);
+    while i < b.len() {
+        if comments > 0 {
+            if starts(i, b"*/") {
+                comments -= 1;
+                i += 2;
+            } else if starts(i, b"/*") {
+                comments += 1;
+                if comments > max {
+                    return Some(i);
+                }
+                i += 2;
+            } else {
+                i += 1;
+            }
+            continue;
+        }
+        match b[i] {
+            b'/' if starts(i, b"//") => {
+                i = b[i..].iter().position(|&c| c == b'\n').map_or(b.len(), |p| i + p);
+            }
+            b'/' if starts(i, b"/*") => {
+                comments = 1;
+                if comments > max {
+                    return Some(i);
+                }
+                i += 2;
+            }
+            b'{' => {
+                blocks += 1;
+                if blocks > max {
+                    return Some(i);
+                }
+                i += 1;
+            }
+            b'}' => {
+                blocks = blocks.saturating_sub(1);
+                i += 1;
+            }
+            b'"' => i = skip_string(b, i, 0),
+            b'#' => {
+                let hashes = b[i..].iter().take_while(|&&c| c == b'#').count();
+                i = if b.get(i + hashes) == Some(&b'"') { skip_string(b, i + hashes, hashes) } else { i + hashes };
+            }
+            // A v1 raw string, `r"…"` or `r#"…"#`, where a value starts.
+            b'r' if i == 0 || !(b[i - 1].is_ascii_alphanumeric() || matches!(b[i - 1], b'-' | b'_' | b'.')) => {
+                let hashes = b[i + 1..].iter().take_while(|&&c| c == b'#').count();
+                i = if b.get(i + 1 + hashes) == Some(&b'"') { skip_string(b, i + 1 + hashes, hashes) } else { i + 1 };
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// The offset after the string starting with the quote at `q`: a raw
+/// string closed by `"` and `hashes` `#`s, or (no hashes) an escaped one;
+/// `"""` opens a multi-line string closed by `"""`.
+fn skip_string(b: &[u8], q: usize, hashes: usize) -> usize {
+    let multi = b.get(q..q + 3) == Some(b"\"\"\"".as_slice());
+    let mut i = q + if multi { 3 } else { 1 };
+    while i < b.len() {
+        if hashes == 0 && b[i] == b'\\' {
+            i += 2;
+            continue;
+        }
+        let quotes = if multi { 3 } else { 1 };
+        if b[i..].starts_with(&b"\"\"\""[..quotes])
+            && b[i + quotes..].iter().take(hashes).filter(|&&c| c == b'#').count() == hashes
+        {
+            return i + quotes + hashes;
+        }
+        i += 1;
+    }
+    b.len()
+}
+
 /// Runs `f`, turning a panic into `None` without printing it: the panic
 /// hook stays silent while this thread is inside `f`, and is unchanged
 /// otherwise.
@@ -315,5 +430,67 @@ pub fn suggestion_with(word: &str, candidates: &[&str], show: impl Fn(&str) -> S
     match did_you_mean(word, candidates.iter().copied()) {
         Some(c) => format!("did you mean `{}`? (expected one of: {list})", show(c)),
         None => format!("expected one of: {list}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nested(depth: usize) -> String {
+        format!("task \"t\" {{ goal \"g\" }}\nx {}{}\n", "{ y ".repeat(depth), "}".repeat(depth))
+    }
+
+    #[test]
+    fn nesting_is_counted_outside_strings_and_comments() {
+        assert_eq!(too_deep(&nested(3), 3), None);
+        let text = nested(4);
+        let at = too_deep(&text, 3).expect("four levels are more than three");
+        assert_eq!(&text[at..at + 1], "{");
+        assert_eq!(text[..at].matches('{').count(), 4, "the fourth block of x (after the task's one) is the culprit");
+        // Braces in strings, raw strings and comments are text, not blocks.
+        for quiet in [
+            r#"a "{{{{{{" "\"{{{{""#,
+            "a #\"{{{{\\\"{{\"#",
+            "a r#\"{{{{{\"#",
+            "a \"\"\"\n{{{{{\n\"\"\"",
+            "// {{{{{{\na",
+            "/* {{{{{ */ a",
+        ] {
+            assert_eq!(too_deep(quiet, 2), None, "{quiet}");
+        }
+        // Nested block comments count as levels too (the parser recurses).
+        assert!(too_deep(&format!("{}a{}", "/*".repeat(5), "*/".repeat(5)), 4).is_some());
+    }
+
+    #[test]
+    fn a_file_nested_too_deep_is_a_diagnostic_not_a_crash() {
+        for depth in [MAX_KDL_DEPTH + 1, 500, 100_000] {
+            let src = SourceFile::new("tasks/deep.kdl", nested(depth));
+            let mut diags = Diagnostics::default();
+            assert!(parse_source(&src, &mut diags).is_none());
+            let d = diags.sorted();
+            assert_eq!(d.len(), 1, "{d:?}");
+            assert_eq!(d[0].code, "too-deep");
+            assert!(d[0].message.contains("nested more than 32 levels"), "{}", d[0].message);
+        }
+    }
+
+    #[test]
+    fn the_deepest_file_allowed_parses_on_a_small_stack() {
+        // Task files are parsed on worker threads; the deepest nesting
+        // allowed must fit their stack.
+        let text = nested(MAX_KDL_DEPTH - 1);
+        let parsed = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                let src = SourceFile::new("tasks/ok.kdl", text);
+                let mut diags = Diagnostics::default();
+                parse_source(&src, &mut diags).is_some() && diags.is_empty()
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(parsed);
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use kdl::{KdlNode, KdlValue};
 use miette::SourceSpan;
 
-use super::diag::{Diagnostics, SourceFile, Spanned, from_kdl_error, parse_kdl};
+use super::diag::{Diagnostics, SourceFile, Spanned, parse_source};
 use super::reader::{DiagExt, Once, Reader, type_name};
 use super::types::{Kind, SandboxLevel};
 
@@ -75,15 +75,7 @@ pub fn valid_task_name(name: &str) -> bool {
 /// them as missing; the caller must not run anything when `diags` has errors.
 /// Returns `None` when the file is not valid KDL at all.
 pub fn parse_task_file(src: &Arc<SourceFile>, diags: &mut Diagnostics) -> Option<Vec<Task>> {
-    let doc = match parse_kdl(&src.text) {
-        Ok(doc) => doc,
-        Err(err) => {
-            for d in from_kdl_error(src, &err) {
-                diags.push(d);
-            }
-            return None;
-        }
-    };
+    let doc = parse_source(src, diags)?;
     let mut r = Reader::new(src, diags);
     let mut tasks = Vec::new();
     if doc.nodes().is_empty() {

@@ -74,6 +74,50 @@ fn check_fails_with_exit_2_and_writes_nothing_on_an_invalid_task() {
     assert!(!p.exists(".cassist"));
 }
 
+#[test]
+fn files_nested_too_deep_are_a_diagnostic_not_a_crash() {
+    // The KDL parser recurses once per level: hundreds of levels used to
+    // overflow its stack (exit 134).
+    let deep =
+        |depth: usize| format!("task \"t\" {{\n    goal \"g\"\n}}\nx {}{}\n", "{ y ".repeat(depth), "}".repeat(depth));
+    for (file, config) in [("tasks/deep.kdl", TRUSTED.to_owned()), ("tasks/t.kdl", format!("{TRUSTED}{}", deep(500)))] {
+        let p = trusted(&[("tasks/t.kdl", &simple_task("t"))]);
+        p.file("cassist.kdl", &config);
+        if file == "tasks/deep.kdl" {
+            p.file(file, deep(100_000));
+        }
+        let where_ = if file == "tasks/deep.kdl" { file } else { "cassist.kdl" };
+        p.cassist(&["check"])
+            .status(2)
+            .stdout("")
+            .stderr_has(&format!("{where_} is nested more than 32 levels deep"))
+            .stderr_has("nothing was run")
+            .exec();
+        p.cassist(&["run"]).status(2).stderr_has("nested more than 32 levels").exec();
+        assert!(!p.exists(".cassist"), "nothing is written");
+    }
+}
+
+#[test]
+fn instructions_and_template_through_a_symlink_out_of_the_project_are_refused() {
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.md"), "leaked {goal}\n").unwrap();
+    for node in ["instructions", "prompt-template"] {
+        let p = trusted(&[("tasks/t.kdl", &simple_task("t"))]);
+        std::fs::create_dir_all(p.path().join("docs")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.md"), p.path().join("docs/agent.md")).unwrap();
+        p.file("cassist.kdl", format!("{TRUSTED}{node} \"docs/agent.md\"\n"));
+        p.cassist(&["check"])
+            .status(2)
+            .stderr_has("`docs/agent.md` leads outside the project (to ")
+            .stderr_has("secret.md)")
+            .stderr_has("cassist.kdl:2:")
+            .exec();
+        p.cassist(&["prompt", "t"]).status(2).stdout_lacks("leaked").exec();
+        assert!(!p.exists(".cassist"), "nothing is written");
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Discovery
 
