@@ -89,12 +89,41 @@ pub fn main_entry() -> i32 {
         Ok(cli::Cli { dir, color, quiet, verbose, command }) => match command {
             // The sandbox wrapper must stay single-threaded: it execs (or
             // exits) before anything else runs.
-            cli::Command::SandboxExec { lower, upper, work, cwd, landlock, write, argv } => {
-                let overlay = match (lower, upper, work) {
-                    (Some(lower), Some(upper), Some(work)) => Some(sandbox::Overlay { lower, upper, work }),
+            cli::Command::SandboxExec {
+                mount_at,
+                lower,
+                upper,
+                work,
+                hide,
+                keep,
+                read_only,
+                cwd,
+                namespaces,
+                confined,
+                landlock,
+                write,
+                grace_ms,
+                argv,
+            } => {
+                let overlay = match (mount_at, upper, work) {
+                    (Some(target), Some(upper), Some(work)) => {
+                        Some(sandbox::Overlay { target, lowers: lower, upper, work })
+                    }
                     _ => None,
                 };
-                sandbox::exec(&sandbox::ExecSpec { overlay, cwd, writable: landlock.then_some(write), argv })
+                sandbox::exec(&sandbox::ExecSpec {
+                    namespaces,
+                    overlay,
+                    confined,
+                    hide,
+                    keep,
+                    read_only,
+                    cwd,
+                    writable: write,
+                    landlock,
+                    grace: grace_ms.map(std::time::Duration::from_millis),
+                    argv,
+                })
             }
             cli::Command::SandboxProbe { dir, lower } => sandbox::probe(&dir, lower.as_deref()),
             command => {

@@ -4,10 +4,28 @@
 //!
 //! The normal mode is an overlayfs over the project's own path inside
 //! unprivileged namespaces (see [`crate::sandbox`]): set-up costs a couple
-//! of folders whatever the size of the repository, every command of the
-//! task runs inside it, and the upper dir is exactly the change set. Where
-//! namespaces or overlayfs are unavailable, the project's files (tracked
-//! and untracked-but-not-ignored) are copied instead, once said.
+//! of folders whatever the size of the repository, and every command of
+//! the task runs inside it. A workspace is a stack of layers: read-only
+//! lower layers under one writable layer per command ([`Layer`]):
+//!
+//! - `setup` commands write the setup layer, over the project;
+//! - the agent writes the agent layer, over the setup layer and the
+//!   project: the agent layer, compared with what the layers below show,
+//!   is exactly the change set;
+//! - acceptance commands and the project test write a scratch layer over
+//!   the agent's, made fresh for each acceptance round and thrown away
+//!   after it: what they write (`__pycache__/`, `target/`, coverage) is
+//!   never part of the change, never seen by the next attempt and never
+//!   blamed on the agent.
+//!
+//! The lower layers are a list (top first) so that more can go under them.
+//!
+//! Where namespaces or overlayfs are unavailable, the project's files
+//! (tracked and untracked-but-not-ignored) are copied instead, once said.
+//! Copy mode has no layers: what setup leaves is the base the change is
+//! measured from, and acceptance runs on a throw-away copy of the agent's
+//! result, at the workspace's own path (the agent's result is set aside
+//! meanwhile and put back after).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
@@ -19,7 +37,7 @@ use std::sync::OnceLock;
 use crate::changes::{Change, ChangeKind, ChangeSet};
 use crate::paths::{Stamp, is_reserved, project_files};
 use crate::process;
-use crate::sandbox::ExecSpec;
+use crate::sandbox::{ExecSpec, Jail};
 
 /// How a workspace is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +95,28 @@ pub fn detect_mode(exe: &Path, root: &Path, parent: &Path) -> (Mode, Option<Stri
     }
 }
 
+/// The writable layer of one command of a task (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    /// `setup` commands: over the project.
+    Setup,
+    /// The agent and the replay helper: over the setup layer; the change.
+    Agent,
+    /// Acceptance and the project test: over the agent's layer, thrown away
+    /// after each round ([`Workspace::begin_scratch`]).
+    Scratch,
+}
+
+impl Layer {
+    fn dir_name(self) -> &'static str {
+        match self {
+            Layer::Setup => "setup",
+            Layer::Agent => "agent",
+            Layer::Scratch => "scratch",
+        }
+    }
+}
+
 /// The project's files at workspace creation (path → stamp). Taken on a
 /// thread while the task starts; integration compares against it.
 pub type Manifest = HashMap<String, Stamp>;
@@ -94,10 +134,8 @@ pub struct Workspace {
     pub root: PathBuf,
     /// Where commands run: the project path itself (overlay) or the copy.
     pub dir: PathBuf,
-    /// Holds the upper and work dirs, or the copy.
+    /// Holds the layers and their work dirs, or the copy.
     base: PathBuf,
-    upper: PathBuf,
-    work: PathBuf,
     /// The project's files as they were when the workspace was made.
     manifest: Manifest,
     /// Copy mode: blake3 of each copied file.
@@ -105,6 +143,8 @@ pub struct Workspace {
     /// Paths cassist itself placed (instructions files): never part of the
     /// change set.
     placed: Vec<String>,
+    /// A scratch layer (copy mode: a throw-away copy) is in use.
+    scratch: bool,
     keep: bool,
 }
 
@@ -129,18 +169,19 @@ impl Workspace {
             mode,
             root: root.to_path_buf(),
             dir: root.to_path_buf(),
-            upper: base.join("upper"),
-            work: base.join("work"),
             base,
             manifest,
             copied: HashMap::new(),
             placed: Vec::new(),
+            scratch: false,
             keep: false,
         };
         match mode {
             Mode::Overlay => {
-                std::fs::create_dir(&ws.upper)?;
-                std::fs::create_dir(&ws.work)?;
+                for layer in [Layer::Setup, Layer::Agent] {
+                    std::fs::create_dir(ws.layer(layer))?;
+                    std::fs::create_dir(ws.work_dir(layer))?;
+                }
             }
             Mode::Copy => {
                 let copy = ws.base.join("project");
@@ -157,32 +198,105 @@ impl Workspace {
         &self.base
     }
 
-    /// The argv that runs `argv` inside the workspace, starting in `cwd`
-    /// (a folder of the workspace; defaults to its root).
-    pub fn wrap(&self, argv: Vec<OsString>) -> std::io::Result<Vec<OsString>> {
-        self.wrap_sandboxed(argv, None)
+    /// The folder of a writable layer (overlay mode).
+    fn layer(&self, layer: Layer) -> PathBuf {
+        self.base.join(layer.dir_name())
     }
 
-    /// Like [`wrap`](Self::wrap), and with `writable`, Landlock lets the
-    /// command write only beneath those paths.
-    pub fn wrap_sandboxed(
-        &self,
-        argv: Vec<OsString>,
-        writable: Option<Vec<PathBuf>>,
-    ) -> std::io::Result<Vec<OsString>> {
-        let overlay = match self.mode {
-            Mode::Copy if writable.is_none() => return Ok(argv),
-            Mode::Copy => None,
-            Mode::Overlay => Some(crate::sandbox::Overlay {
-                lower: self.root.clone(),
-                upper: self.upper.clone(),
-                work: self.work.clone(),
-            }),
+    /// The overlay work dir that goes with a layer.
+    fn work_dir(&self, layer: Layer) -> PathBuf {
+        self.base.join(format!("{}.work", layer.dir_name()))
+    }
+
+    /// The read-only layers under `layer`'s, top first; the project last.
+    fn lowers(&self, layer: Layer) -> Vec<PathBuf> {
+        let below: &[Layer] = match layer {
+            Layer::Setup => &[],
+            Layer::Agent => &[Layer::Setup],
+            Layer::Scratch => &[Layer::Agent, Layer::Setup],
         };
-        let spec = ExecSpec { overlay, cwd: self.dir.clone(), writable, argv };
+        below.iter().map(|l| self.layer(*l)).chain([self.root.clone()]).collect()
+    }
+
+    /// The argv that runs `argv` in the workspace, writing `layer`, as
+    /// `jail` confines it. Whatever the jail: the project's `.git` is
+    /// read-only (and its `.cassist/` hidden from a confined command), and
+    /// the workspace path stays visible.
+    pub fn command(&self, layer: Layer, argv: Vec<OsString>, jail: Jail) -> std::io::Result<Vec<OsString>> {
+        let overlay = match self.mode {
+            Mode::Copy => None,
+            Mode::Overlay => {
+                if layer == Layer::Scratch && !self.scratch {
+                    return Err(std::io::Error::other("no scratch layer: begin_scratch first"));
+                }
+                Some(crate::sandbox::Overlay {
+                    target: self.root.clone(),
+                    lowers: self.lowers(layer),
+                    upper: self.layer(layer),
+                    work: self.work_dir(layer),
+                })
+            }
+        };
+        let spec = ExecSpec::for_project(jail, self.mode == Mode::Overlay, overlay, &self.root, &self.dir, argv);
         let mut out = vec![self.exe.clone().into_os_string()];
         out.extend(spec.to_args());
         Ok(out)
+    }
+
+    /// `argv` in the agent's layer, unconfined (own session and
+    /// namespaces only): for tests of the workspace itself.
+    pub fn wrap(&self, argv: Vec<OsString>) -> std::io::Result<Vec<OsString>> {
+        self.command(Layer::Agent, argv, Jail::default())
+    }
+
+    /// A fresh scratch layer over the agent's, for one acceptance round
+    /// ([`Layer::Scratch`]); copy mode: the agent's result is set aside
+    /// and a throw-away copy of it takes its place. Ended by
+    /// [`end_scratch`](Self::end_scratch).
+    pub fn begin_scratch(&mut self) -> std::io::Result<()> {
+        self.end_scratch();
+        match self.mode {
+            Mode::Overlay => {
+                std::fs::create_dir(self.layer(Layer::Scratch))?;
+                std::fs::create_dir(self.work_dir(Layer::Scratch))?;
+            }
+            Mode::Copy => {
+                let aside = self.base.join(SET_ASIDE);
+                std::fs::rename(&self.dir, &aside)?;
+                self.scratch = true;
+                return copy_tree(&aside, &self.dir);
+            }
+        }
+        self.scratch = true;
+        Ok(())
+    }
+
+    /// Throws the scratch layer away (copy mode: puts the agent's result
+    /// back). Nothing when there is none.
+    pub fn end_scratch(&mut self) {
+        match self.mode {
+            Mode::Overlay => {
+                remove_tree(&self.layer(Layer::Scratch));
+                remove_tree(&self.work_dir(Layer::Scratch));
+            }
+            Mode::Copy => {
+                let aside = self.base.join(SET_ASIDE);
+                if aside.exists() {
+                    remove_tree(&self.dir);
+                    let _ = std::fs::rename(&aside, &self.dir);
+                }
+            }
+        }
+        self.scratch = false;
+    }
+
+    /// After the `setup` commands: copy mode measures the change from what
+    /// they left (overlay mode has their layer for it).
+    pub fn setup_done(&mut self) -> std::io::Result<()> {
+        if self.mode == Mode::Copy {
+            self.copied = hash_files(&self.dir)?;
+        }
+        Ok(())
     }
 
     /// A folder outside the project for the prompt and result files of the
@@ -194,10 +308,11 @@ impl Workspace {
     }
 
     /// Writes a file into the workspace (not the user's tree) that is not
-    /// part of the change set: the instructions file placed for the agent.
+    /// part of the change set: the instructions file placed for the agent
+    /// (overlay mode: into the setup layer, under the agent's).
     pub fn place(&mut self, rel: &str, bytes: &[u8]) -> std::io::Result<()> {
         let target = match self.mode {
-            Mode::Overlay => self.upper.join(rel),
+            Mode::Overlay => self.layer(Layer::Setup).join(rel),
             Mode::Copy => self.dir.join(rel),
         };
         if let Some(parent) = target.parent() {
@@ -219,7 +334,7 @@ impl Workspace {
         }
         // .gitignore files as the agent left them: the workspace's first.
         let layers: Vec<PathBuf> = match self.mode {
-            Mode::Overlay => vec![self.upper.clone(), self.root.clone()],
+            Mode::Overlay => [self.layer(Layer::Agent)].into_iter().chain(self.lowers(Layer::Agent)).collect(),
             Mode::Copy => vec![self.dir.clone()],
         };
         let ignore = IgnoreCheck::new(&self.root, layers);
@@ -228,16 +343,17 @@ impl Workspace {
     }
 
     fn overlay_changes(&mut self, out: &mut BTreeMap<String, Change>) -> std::io::Result<()> {
-        let upper = self.upper.clone();
-        let root = self.root.clone();
+        let upper = self.layer(Layer::Agent);
+        let lower_dirs = self.lowers(Layer::Agent);
+        let lowers = Lowers::new(&lower_dirs);
         let mut stack = vec![upper.clone()];
         while let Some(dir) = stack.pop() {
-            let rel_dir = dir.strip_prefix(&upper).unwrap_or(Path::new("")).to_path_buf();
-            // An opaque folder hides everything below it in the project.
+            let rel_dir = dir.strip_prefix(&upper).unwrap_or(Path::new("")).to_string_lossy().into_owned();
+            // An opaque folder hides everything below it in the lowers.
             if dir != upper && is_opaque(&dir) {
-                for (path, _) in files_below(&root.join(&rel_dir), &root) {
+                for (path, layer) in lowers.files_below(&rel_dir) {
                     if !dir.join(Path::new(&path).strip_prefix(&rel_dir).unwrap_or(Path::new(&path))).exists() {
-                        out.insert(path.clone(), deleted(&root, &path));
+                        out.insert(path.clone(), deleted(layer, &path));
                     }
                 }
             }
@@ -247,35 +363,42 @@ impl Workspace {
                 let meta = std::fs::symlink_metadata(&path)?;
                 let rel = path.strip_prefix(&upper).unwrap_or(&path).to_string_lossy().into_owned();
                 let ft = meta.file_type();
+                // What the lowers show at this path.
+                let below = lowers.find(&rel).map(|layer| {
+                    let p = layer.join(&rel);
+                    let m = std::fs::symlink_metadata(&p);
+                    (layer, p, m)
+                });
+                let below_is_dir = matches!(&below, Some((_, _, Ok(m))) if m.is_dir());
                 if ft.is_dir() {
                     // A file (or a symlink, never followed) replaced by a
                     // folder.
-                    if std::fs::symlink_metadata(root.join(&rel)).is_ok_and(|m| !m.is_dir()) {
-                        out.insert(rel.clone(), deleted(&root, &rel));
+                    if let Some((layer, _, Ok(m))) = &below
+                        && !m.is_dir()
+                    {
+                        out.insert(rel.clone(), deleted(layer, &rel));
                     }
                     stack.push(path);
                 } else if ft.is_char_device() && meta.rdev() == 0 {
                     // A whiteout: deleted (a file, or a whole folder).
-                    let lower = root.join(&rel);
-                    if lower.symlink_metadata().is_ok_and(|m| m.is_dir()) {
-                        for (p, _) in files_below(&lower, &root) {
-                            out.insert(p.clone(), deleted(&root, &p));
+                    if below_is_dir {
+                        for (p, layer) in lowers.files_below(&rel) {
+                            out.insert(p.clone(), deleted(layer, &p));
                         }
-                    } else if lower.symlink_metadata().is_ok() {
-                        out.insert(rel.clone(), deleted(&root, &rel));
+                    } else if let Some((layer, _, Ok(_))) = &below {
+                        out.insert(rel.clone(), deleted(layer, &rel));
                     }
                 } else if ft.is_file() || ft.is_symlink() {
                     let new = read_entry(&path, &meta)?;
-                    let lower = root.join(&rel);
-                    if lower.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+                    if below_is_dir {
                         // A folder replaced by a file: its files are gone.
-                        for (p, _) in files_below(&lower, &root) {
-                            out.insert(p.clone(), deleted(&root, &p));
+                        for (p, layer) in lowers.files_below(&rel) {
+                            out.insert(p.clone(), deleted(layer, &p));
                         }
                     }
-                    match std::fs::symlink_metadata(&lower) {
-                        Ok(lm) if lm.is_file() || lm.file_type().is_symlink() => {
-                            let old = read_entry(&lower, &lm)?;
+                    match &below {
+                        Some((_, lower, Ok(lm))) if lm.is_file() || lm.file_type().is_symlink() => {
+                            let old = read_entry(lower, lm)?;
                             if old != new || lm.mode() & 0o777 != meta.mode() & 0o777 {
                                 out.insert(
                                     rel.clone(),
@@ -377,6 +500,133 @@ impl Drop for Workspace {
 }
 
 const OWNER: &str = "owner.pid";
+/// Copy mode: where the agent's result waits while acceptance runs on a
+/// throw-away copy of it.
+const SET_ASIDE: &str = "agent-result";
+
+/// The read-only layers under a writable one, top first, as overlayfs
+/// shows them merged: an entry of a higher layer hides the same path
+/// below; a whiteout (a 0/0 character device) deletes it; an opaque folder
+/// hides the folders of the same path below.
+struct Lowers<'a> {
+    layers: &'a [PathBuf],
+}
+
+/// One path in the merged view.
+enum Merged<'a> {
+    Absent,
+    /// A file (or symlink, or anything not a folder), in this layer.
+    Entry(&'a Path),
+    /// A folder: the layers that show their part of it, top first.
+    Folder(Vec<&'a Path>),
+}
+
+impl<'a> Lowers<'a> {
+    fn new(layers: &'a [PathBuf]) -> Lowers<'a> {
+        Lowers { layers }
+    }
+
+    /// `rel_dir/name` seen through `layers` (those showing `rel_dir`).
+    fn step(rel: &Path, layers: &[&'a Path]) -> Merged<'a> {
+        let mut folders = Vec::new();
+        for layer in layers {
+            let p = layer.join(rel);
+            let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
+            if m.is_dir() {
+                folders.push(*layer);
+                if is_opaque(&p) {
+                    break;
+                }
+            } else if !folders.is_empty() || (m.file_type().is_char_device() && m.rdev() == 0) {
+                // Hidden by a folder above, or deleted.
+                break;
+            } else {
+                return Merged::Entry(layer);
+            }
+        }
+        if folders.is_empty() { Merged::Absent } else { Merged::Folder(folders) }
+    }
+
+    fn merged(&self, rel: &str) -> Merged<'a> {
+        let mut layers: Vec<&'a Path> = self.layers.iter().map(PathBuf::as_path).collect();
+        let mut at = PathBuf::new();
+        let mut found = Merged::Folder(layers.clone());
+        for name in Path::new(rel).components() {
+            at.push(name);
+            found = Lowers::step(&at, &layers);
+            match &found {
+                Merged::Folder(f) => layers = f.clone(),
+                _ => layers = Vec::new(),
+            }
+        }
+        if rel.is_empty() { Merged::Folder(layers) } else { found }
+    }
+
+    /// The layer whose entry shows at `rel` (file or folder), if any.
+    fn find(&self, rel: &str) -> Option<&'a Path> {
+        match self.merged(rel) {
+            Merged::Absent => None,
+            Merged::Entry(layer) => Some(layer),
+            Merged::Folder(f) => f.first().copied(),
+        }
+    }
+
+    /// The files (not folders) below folder `rel_dir` in the merged view,
+    /// with the layer each comes from.
+    fn files_below(&self, rel_dir: &str) -> Vec<(String, &'a Path)> {
+        let mut out = Vec::new();
+        let Merged::Folder(top) = self.merged(rel_dir) else { return out };
+        let mut stack = vec![(PathBuf::from(rel_dir), top)];
+        while let Some((dir, layers)) = stack.pop() {
+            let mut names = std::collections::BTreeSet::new();
+            for layer in &layers {
+                for e in std::fs::read_dir(layer.join(&dir)).into_iter().flatten().flatten() {
+                    names.insert(e.file_name());
+                }
+            }
+            for name in names {
+                let rel = dir.join(&name);
+                match Lowers::step(&rel, &layers) {
+                    Merged::Absent => {}
+                    Merged::Entry(layer) => out.push((rel.to_string_lossy().into_owned(), layer)),
+                    Merged::Folder(f) => stack.push((rel, f)),
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Copies the tree `from` to `to` (which must not exist): folders, files
+/// with their modes, symlinks as symlinks; nothing else.
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    for entry in walkdir::WalkDir::new(from) {
+        let entry = entry.map_err(std::io::Error::other)?;
+        let rel = entry.path().strip_prefix(from).unwrap_or(Path::new(""));
+        let dest = to.join(rel);
+        let ft = entry.file_type();
+        if ft.is_dir() {
+            std::fs::create_dir(&dest)?;
+            let mode = entry.metadata().map_err(std::io::Error::other)?.mode();
+            std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(mode & 0o7777))?;
+        } else if ft.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &dest)?;
+        } else if ft.is_file() {
+            std::fs::copy(entry.path(), &dest)?;
+        }
+    }
+    Ok(())
+}
+
+/// The hash of every project file under `dir`.
+fn hash_files(dir: &Path) -> std::io::Result<HashMap<String, [u8; 32]>> {
+    let mut hashes = HashMap::new();
+    for (rel, meta) in project_files(dir) {
+        let bytes = read_entry(&dir.join(&rel), &meta)?;
+        hashes.insert(rel, *blake3::hash(&bytes).as_bytes());
+    }
+    Ok(hashes)
+}
 
 /// Removes the workspaces under `parent` whose cassist process is gone (a
 /// run killed with SIGKILL cannot clean up after itself). Returns how many.

@@ -7,19 +7,35 @@ use crate::accept::{self, AcceptanceResult};
 use crate::event::AcceptanceReport;
 use crate::process::Outcome;
 
+use super::jail::Role;
 use super::{FEEDBACK_LIMIT, Failure, TaskContext};
 
 impl TaskContext<'_> {
     /// Runs the acceptance commands, then the project tests, until one
-    /// fails; records them as the report's `acceptance`. `Some(result)`
-    /// names the one that failed.
+    /// fails, on a scratch layer over the agent's result that is thrown
+    /// away after (nothing they write is part of the change or seen by the
+    /// next attempt); records them as the report's `acceptance`.
+    /// `Some(result)` names the one that failed.
     pub fn acceptance(&mut self, attempt: u32) -> Result<Option<AcceptanceResult>, Failure> {
+        let commands = self.acceptance_commands();
         let mut results: Vec<AcceptanceResult> = Vec::new();
         let mut failed: Option<AcceptanceResult> = None;
-        for (k, (cmd, timeout)) in self.acceptance_commands().iter().enumerate() {
+        if !commands.is_empty() {
+            self.ws
+                .begin_scratch()
+                .map_err(|e| Failure::failed(format!("cannot prepare the acceptance layer: {e}")))?;
+        }
+        let mut outcome = Ok(());
+        for (k, (cmd, timeout)) in commands.iter().enumerate() {
             self.phase("acceptance", attempt, cmd.clone());
             let log = self.record.join(format!("acceptance-{attempt}-{}.log", k + 1));
-            let result = self.accept(cmd, timeout.unwrap_or(accept::DEFAULT_TIMEOUT), &log)?;
+            let result = match self.accept(cmd, timeout.unwrap_or(accept::DEFAULT_TIMEOUT), &log) {
+                Ok(r) => r,
+                Err(f) => {
+                    outcome = Err(f);
+                    break;
+                }
+            };
             let ok = result.passed;
             results.push(result.clone());
             if !ok {
@@ -27,6 +43,8 @@ impl TaskContext<'_> {
                 break;
             }
         }
+        self.ws.end_scratch();
+        outcome?;
         self.facts.acceptance = results
             .iter()
             .map(|r| AcceptanceReport { command: r.command.clone(), exit_code: r.exit_code, passed: r.passed })
@@ -50,7 +68,7 @@ impl TaskContext<'_> {
     fn accept(&self, cmd: &str, timeout: Duration, log: &std::path::Path) -> Result<AcceptanceResult, Failure> {
         let begun = Instant::now();
         let f = self
-            .shell(cmd, Some(timeout), log)
+            .shell(Role::Acceptance, cmd, Some(timeout), log)
             .map_err(|e| Failure::failed(format!("acceptance command `{cmd}` could not run: {e}")))?;
         if f.outcome == Outcome::Cancelled {
             return Err(Failure::interrupted());

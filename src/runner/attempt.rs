@@ -11,9 +11,10 @@ use crate::agent::invoke::{self, Invocation, Placeholders};
 use crate::event::Event;
 use crate::part::Part;
 use crate::process::{self, Outcome};
-use crate::workspace::Mode;
+use crate::workspace::{Layer, Mode};
 
 use super::agents::agent_error_reason;
+use super::jail::Role;
 use super::{Failure, SUMMARY_LIMIT, TaskContext};
 
 /// What one agent run is asked to do.
@@ -79,8 +80,8 @@ impl TaskContext<'_> {
         let finished = match self.run_agent(&inv, req, &files) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.kind() == std::io::ErrorKind::PermissionDenied => {
-                // Copy mode starts the agent directly: it failed to
-                // start, so the next agent of the chain, if any.
+                // The wrapper could not start: the next agent of the
+                // chain, if any.
                 return self.next_agent_after_start_failure(&e.to_string());
             }
             Err(e) => return Err(Failure::failed(format!("cannot start agent `{}`: {e}", inv.name))),
@@ -114,7 +115,9 @@ impl TaskContext<'_> {
     fn run_agent(&self, inv: &Invocation, req: &Request<'_>, files: &RunFiles) -> std::io::Result<process::Finished> {
         let t = self.t;
         let subtask = req.part.name(self.name);
-        let writable = self.runner.writable_paths(t.sandbox, &self.ws.dir, &files.io, inv);
+        let env = agent_env(inv, req, &subtask, files);
+        let jail = self.runner.jail(Role::Agent, t.sandbox, &self.ws, Some(&files.io), Some(inv), &env);
+        let landlock = jail.landlock;
         // A built-in adapter maps the sandbox level, the kind, the turn
         // cap and the budget onto its CLI's own flags.
         let base_argv = match inv.builtin {
@@ -130,17 +133,16 @@ impl TaskContext<'_> {
                 // set up (Landlock refuses mount(2), and the uid map
                 // is not writable): Codex's bubblewrap fails there, so
                 // Landlock alone enforces the level.
-                userns: writable.is_none() && (self.runner.mode == Mode::Overlay || crate::sandbox::userns_available()),
+                userns: !landlock && (self.runner.mode == Mode::Overlay || crate::sandbox::userns_available()),
             }),
             None => inv.argv.clone(),
         };
-        self.note_codex_sandbox(inv, &base_argv, writable.is_some());
+        self.note_codex_sandbox(inv, &base_argv, landlock);
         let argv = invoke::fill_argv(
             &base_argv,
             &Placeholders { prompt: req.prompt, prompt_file: &files.prompt, workdir: &self.ws.dir, task: &subtask },
         );
-        let env = agent_env(inv, req, &subtask, files);
-        let argv = self.ws.wrap_sandboxed(argv, writable)?;
+        let argv = self.ws.command(Layer::Agent, argv, jail)?;
         let mut cmd = process::Command::new(argv, self.ws.dir.clone());
         cmd.env = env;
         cmd.stdin = inv.stdin_prompt.then(|| req.prompt.to_owned().into_bytes());

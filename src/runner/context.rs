@@ -10,8 +10,9 @@ use crate::changes::ChangeSet;
 use crate::event::{AcceptanceReport, Event, SubtaskReport};
 use crate::plan::PlannedTask;
 use crate::process;
-use crate::workspace::Workspace;
+use crate::workspace::{Layer, Mode, Workspace};
 
+use super::jail::{Role, copy_mode_tmp};
 use super::{Failure, Runner};
 
 /// What a task did, reported however it ends: the facts of its report
@@ -42,7 +43,8 @@ pub struct TaskContext<'a> {
     pub ws: Workspace,
     /// The agents left to try, in order; the first runs.
     pub agents: Vec<Invocation>,
-    /// The environment of setup, acceptance and build commands.
+    /// The environment of setup, acceptance and build commands (their
+    /// `TMPDIR` is private: `/tmp`, or copy mode's own folder).
     pub base_env: Vec<(OsString, OsString)>,
     /// A read-only kind or sandbox: no project tests, changes rejected.
     pub read_only: bool,
@@ -63,6 +65,10 @@ impl<'a> TaskContext<'a> {
         agents: Vec<Invocation>,
         facts: Facts,
     ) -> TaskContext<'a> {
+        let tmp = match runner.mode {
+            Mode::Overlay => PathBuf::from("/tmp"),
+            Mode::Copy => copy_mode_tmp(&ws),
+        };
         TaskContext {
             runner,
             t,
@@ -70,7 +76,7 @@ impl<'a> TaskContext<'a> {
             record,
             ws,
             agents,
-            base_env: invoke::environment(&[], &[]),
+            base_env: invoke::environment(&[], &[("TMPDIR".into(), tmp.into())]),
             read_only: t.task.kind.is_read_only() || t.sandbox == crate::spec::SandboxLevel::ReadOnly,
             facts,
             iteration: 1,
@@ -105,9 +111,24 @@ impl<'a> TaskContext<'a> {
         self.ws.changes().map_err(|e| Failure::failed(format!("cannot read the workspace's changes: {e}")))
     }
 
-    /// `sh -c cmd` inside the workspace, logged to `log`.
-    pub fn shell(&self, cmd: &str, timeout: Option<Duration>, log: &Path) -> std::io::Result<process::Finished> {
-        let argv = self.ws.wrap(vec!["sh".into(), "-c".into(), cmd.into()])?;
+    /// `sh -c cmd` in the workspace as a command of `role` (setup: its
+    /// layer; acceptance: the scratch layer), logged to `log`.
+    pub fn shell(
+        &self,
+        role: Role,
+        cmd: &str,
+        timeout: Option<Duration>,
+        log: &Path,
+    ) -> std::io::Result<process::Finished> {
+        let layer = if role == Role::Setup { Layer::Setup } else { Layer::Scratch };
+        if self.runner.mode == Mode::Copy {
+            // A fresh private TMPDIR for each command.
+            let tmp = copy_mode_tmp(&self.ws);
+            crate::workspace::remove_tree(&tmp);
+            std::fs::create_dir_all(&tmp)?;
+        }
+        let jail = self.runner.jail(role, self.t.sandbox, &self.ws, None, None, &self.base_env);
+        let argv = self.ws.command(layer, vec!["sh".into(), "-c".into(), cmd.into()], jail)?;
         let mut c = process::Command::new(argv, self.ws.dir.clone());
         c.env = self.base_env.clone();
         c.timeout = timeout;

@@ -7,8 +7,10 @@ use std::ffi::OsString;
 use crate::accept;
 use crate::changes::{ChangeSet, unified_diff};
 use crate::process;
-use crate::workspace::IntegrateError;
+use crate::sandbox::ExecSpec;
+use crate::workspace::{IntegrateError, Mode};
 
+use super::jail::Role;
 use super::{Failure, TaskContext};
 
 impl TaskContext<'_> {
@@ -47,9 +49,17 @@ impl TaskContext<'_> {
     /// One `build` command in the user's tree: why it failed, and the end
     /// of its output.
     fn build(&self, cmd: &str) -> Result<(), (String, String)> {
-        let project = &self.runner.plan.project;
+        let root = &self.runner.plan.project.root;
         let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), cmd.into()];
-        let mut c = process::Command::new(argv, project.root.clone());
+        // In the user's tree, but sandboxed like acceptance: it runs the
+        // agent's code (a build script) with the project as all it may
+        // write.
+        let jail = self.runner.jail(Role::Build, self.t.sandbox, &self.ws, None, None, &self.base_env);
+        let namespaces = self.runner.mode == Mode::Overlay;
+        let spec = ExecSpec::for_project(jail, namespaces, None, root, root, argv);
+        let argv: Vec<OsString> =
+            [self.runner.exe.clone().into_os_string()].into_iter().chain(spec.to_args()).collect();
+        let mut c = process::Command::new(argv, root.clone());
         c.env = self.base_env.clone();
         c.transcript = Some(self.record.join("build.log"));
         c.timeout = Some(accept::DEFAULT_TIMEOUT);

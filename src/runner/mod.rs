@@ -5,8 +5,9 @@
 //! The runner holds no global state: everything it needs comes in a
 //! [`Runner`], everything it did goes out as a [`TaskResult`] and events.
 //! Each step is a file: [`setup`], [`attempt`] (one agent run, with
-//! [`agents`] for the failover chain and [`writable`] for its Landlock
-//! paths), [`judge`], [`acceptance`], [`integrate`], and the loops that
+//! [`agents`] for the failover chain), [`judge`], [`acceptance`],
+//! [`integrate`], with [`jail`] saying what confines each of their
+//! commands, and the loops that
 //! drive them, [`whole_loop`] and [`split_loop`]; [`replay`] applies a
 //! stored change instead. They work on one task's [`TaskContext`] and fail
 //! with a [`Failure`]; the task's report is made from how it went in one
@@ -18,12 +19,12 @@ mod attempt;
 mod context;
 mod failure;
 mod integrate;
+mod jail;
 mod judge;
 mod replay;
 mod setup;
 mod split_loop;
 mod whole_loop;
-mod writable;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

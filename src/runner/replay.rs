@@ -2,10 +2,14 @@
 //! change is written in a fresh workspace, acceptance is verified, and the
 //! change is integrated.
 
+use std::path::Path;
+
 use crate::changes::ChangeSet;
 use crate::process;
 use crate::store::Entry;
+use crate::workspace::Layer;
 
+use super::jail::Role;
 use super::{Failure, TaskContext};
 
 impl TaskContext<'_> {
@@ -34,7 +38,12 @@ impl TaskContext<'_> {
         let doc = serde_json::json!({"store": self.runner.plan.store.dir(), "changes": entry.changes});
         std::fs::write(&spec, serde_json::to_vec(&doc).unwrap_or_default()).map_err(|e| cannot(&e))?;
         let exe = self.runner.exe.clone().into_os_string();
-        let argv = self.ws.wrap(vec![exe, "__apply-changes".into(), spec.into_os_string()]).map_err(|e| cannot(&e))?;
+        let io = spec.parent().map(Path::to_path_buf);
+        let jail = self.runner.jail(Role::Replay, self.t.sandbox, &self.ws, io.as_deref(), None, &self.base_env);
+        let argv = self
+            .ws
+            .command(Layer::Agent, vec![exe, "__apply-changes".into(), spec.into_os_string()], jail)
+            .map_err(|e| cannot(&e))?;
         let mut c = process::Command::new(argv, self.ws.dir.clone());
         c.env = self.base_env.clone();
         c.transcript = Some(self.record.join("replay.log"));

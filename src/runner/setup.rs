@@ -6,6 +6,7 @@ use crate::accept;
 use crate::process::Outcome;
 
 use super::agents::instructions_name;
+use super::jail::Role;
 use super::{Failure, TaskContext};
 
 impl TaskContext<'_> {
@@ -13,9 +14,13 @@ impl TaskContext<'_> {
     /// fails fails the task.
     pub fn setup(&mut self) -> Result<(), Failure> {
         let log = self.record.join("setup.log");
-        for cmd in &self.runner.plan.project.config.setup {
+        let commands = &self.runner.plan.project.config.setup;
+        if commands.is_empty() {
+            return Ok(());
+        }
+        for cmd in commands {
             self.phase("setup", 0, cmd.clone());
-            match self.shell(cmd, Some(accept::DEFAULT_TIMEOUT), &log) {
+            match self.shell(Role::Setup, cmd, Some(accept::DEFAULT_TIMEOUT), &log) {
                 Ok(f) if f.success() => {}
                 Ok(f) => {
                     return Err(Failure::failed(format!("setup command `{cmd}` failed: {}", f.describe()))
@@ -25,7 +30,7 @@ impl TaskContext<'_> {
                 Err(e) => return Err(Failure::failed(format!("setup command `{cmd}` could not run: {e}"))),
             }
         }
-        Ok(())
+        self.ws.setup_done().map_err(|e| Failure::failed(format!("cannot read what setup left: {e}")))
     }
 
     /// Places the project's `instructions` file in the workspace under the

@@ -15,6 +15,7 @@ mod fuzz;
 mod hash;
 mod parallel;
 mod run;
+mod sandbox;
 mod specs;
 mod split;
 mod workspace;

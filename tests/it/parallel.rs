@@ -135,19 +135,23 @@ fn twelve_independent_tasks_run_four_at_a_time_and_all_integrate() {
 
 #[test]
 fn integrations_happen_one_at_a_time() {
-    // The `build` command runs inside the integration: it logs when it
-    // starts and ends, and takes a while.
-    let log = tempfile::tempdir().unwrap();
-    let file = log.path().join("builds");
-    let build = format!("echo start $(date +%s.%N) >> {0:?}; sleep 0.3; echo end $(date +%s.%N) >> {0:?}", file);
+    // The `build` command runs inside the integration: it says when it
+    // starts and ends (in the task's build.log), and takes a while.
+    let build = "echo start $(date +%s.%N); sleep 0.3; echo end $(date +%s.%N)";
     let names = names(6);
     let tasks: Vec<T<'_>> = names.iter().map(|n| T(n, &[])).collect();
     let b = Batch::with_config(&tasks, &format!("build {build:?}"));
     // The six agents run at once and end together, so all six are ready to
     // integrate at the same moment.
     b.run(&["-j", "6"]).env("TIMED_BARRIER", "6").exec();
-    let text = std::fs::read_to_string(&file).unwrap();
-    let times: Vec<f64> = text.lines().map(|l| l.split(' ').nth(1).unwrap().parse().unwrap()).collect();
+    let mut lines: Vec<(f64, String)> = Vec::new();
+    for n in &names {
+        let log = std::fs::read_to_string(b.p.records(n).join("build.log")).unwrap();
+        lines.extend(log.lines().map(|l| (l.split(' ').nth(1).unwrap().parse().unwrap(), l.to_owned())));
+    }
+    lines.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let text: String = lines.iter().map(|(_, l)| format!("{l}\n")).collect();
+    let times: Vec<f64> = lines.iter().map(|(t, _)| *t).collect();
     assert_eq!(times.len(), 12, "{text}");
     let kinds: Vec<&str> = text.lines().map(|l| l.split(' ').next().unwrap()).collect();
     assert_eq!(kinds, ["start", "end"].repeat(6), "integrations overlapped:\n{text}");

@@ -321,8 +321,9 @@ task "peek" {
         .build();
     let before = p.tree();
     // Without Landlock (CASSIST_LANDLOCK=off, as on a kernel without it)
-    // the write happens in the workspace, and the review rejects it.
-    let done = p.run(&["--keep-going"]).env("CASSIST_LANDLOCK", "off").status(1).exec();
+    // in copy mode, the write happens in the workspace, and the review
+    // rejects it.
+    let done = p.run(&["--keep-going"]).env("CASSIST_LANDLOCK", "off").envs(COPY).status(1).exec();
     for name in ["look", "peek"] {
         let t = done.task(name);
         assert_eq!(t["state"], "failed", "{t}");
@@ -332,6 +333,19 @@ task "peek" {
     assert_eq!(done.report_json()["failed"], 2);
     assert_same_tree(&p.tree(), &before, "the user's tree changed");
     assert_eq!(p.read("src/hello.txt"), "untouched\n");
+    // In overlay mode a read-only task's workspace is mounted read-only,
+    // Landlock or not: the write itself is refused.
+    if sandbox_or_skip(Sandbox::Overlay) {
+        std::fs::remove_dir_all(p.path().join(".cassist/runs")).unwrap();
+        let done = p.run(&["--keep-going"]).env("CASSIST_LANDLOCK", "off").status(1).exec();
+        for name in ["look", "peek"] {
+            let t = done.task(name);
+            assert_eq!(t["state"], "failed", "{t}");
+            assert!(t["changed_files"].as_array().unwrap().is_empty(), "{t}");
+        }
+        assert!(p.record("look", "transcript-1.log").contains("Read-only file system"));
+        assert_same_tree(&p.tree(), &before, "the user's tree changed");
+    }
     // With Landlock the write itself is refused: the agent fails to write.
     if sandbox_or_skip(Sandbox::Landlock) {
         std::fs::remove_dir_all(p.path().join(".cassist/runs")).unwrap();
@@ -438,7 +452,7 @@ fn agent_environment_is_the_allowlist_plus_pass_env() {
             ("FOO_UNLISTED", "1"),
             ("OPENAI_API_KEY", "sk-test-abcdefghijklmnop"),
             ("PASSED_VAR", "passed-value"),
-            ("FAKE_LOG", p.out_str()),
+            ("FAKE_LOG", &p.out_str()),
         ])
         .exec();
     let text = std::fs::read_to_string(p.out().join("env.txt")).unwrap();
@@ -801,11 +815,13 @@ fn sh_project(config: &str, script: &str, tasks: &str) -> Project {
 #[test]
 fn setup_runs_in_the_workspace_first_and_a_failing_setup_calls_no_agent() {
     let task = "task \"t\" {\n    goal \"Use the setup output.\"\n    agent \"a\"\n}\n";
-    // The agent copies what setup made into src/ (the setup's own file is
-    // part of the change too: it was made in the workspace).
+    // The agent copies what setup made into src/; the setup's own file is
+    // not part of the change (setup writes a layer of its own, under the
+    // agent's).
     let setup = "setup \"mkdir -p build && echo prepared > build/setup.txt\"\n";
     let p = sh_project(setup, "mkdir -p src && cp build/setup.txt src/seen.txt", task);
-    p.run(&[]).file("src/seen.txt", "prepared\n").exec();
+    let done = p.run(&[]).file("src/seen.txt", "prepared\n").no_file("build/setup.txt").exec();
+    assert_eq!(strings(&done.task("t")["changed_files"]), ["src/seen.txt"]);
 
     let p = sh_project("setup \"echo setup-broke >&2; exit 3\"\n", "touch src/agent-ran.txt", task);
     let before = p.tree();
@@ -874,8 +890,9 @@ fn keep_workspace_keeps_a_failed_tasks_workspace() {
     let line = done.stdout.lines().find(|l| l.contains("workspace kept:")).unwrap_or_else(|| panic!("{}", done.stdout));
     let kept = PathBuf::from(line.split("workspace kept:").nth(1).unwrap().trim());
     assert!(kept.is_dir(), "{}", kept.display());
-    // The change is there to inspect (overlay: the upper dir; copy: the copy).
-    let found = ["upper/src/a.txt", "project/src/a.txt"]
+    // The change is there to inspect (overlay: the agent's layer; copy:
+    // the copy).
+    let found = ["agent/src/a.txt", "project/src/a.txt"]
         .iter()
         .any(|rel| std::fs::read_to_string(kept.join(rel)).is_ok_and(|t| t == "changed\n"));
     assert!(found, "the kept workspace does not hold the change: {}", kept.display());

@@ -361,8 +361,12 @@ fn a_hung_agent_is_split_with_the_timeout_growing_each_round() {
 #[test]
 fn failed_acceptance_sends_every_part_back_with_the_feedback() {
     let s = split_project("", TWO_FILES);
-    let flag = s.out().join("failed-once");
-    let check = format!("test -e {0:?} || {{ touch {0:?}; echo 'FAILED: b.py is wrong'; exit 1; }}", flag);
+    // Acceptance fails after the first round of calls (three: the whole
+    // task, then its two parts), which it reads in the agents' log: what
+    // an acceptance command writes is thrown away, so it cannot keep a
+    // mark of its own.
+    let calls = s.out().join("log/calls.jsonl");
+    let check = format!("test $(wc -l < {calls:?}) -gt 3 || {{ echo 'FAILED: b.py is wrong'; exit 1; }}");
     s.file("tasks/t.kdl", two(&format!("{DONE} && {check}")));
     let done = run(&s, "whole", "signal", 0);
     let calls = calls_of(&s);

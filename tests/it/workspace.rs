@@ -129,7 +129,7 @@ fn fixture(git: bool) -> Project {
 /// The folder for the project's workspaces, outside it (overlayfs refuses
 /// an upper dir inside its lower dir).
 fn parent(p: &Project) -> PathBuf {
-    p.out().canonicalize().unwrap().join("workspaces")
+    p.tmp().canonicalize().unwrap().join("workspaces")
 }
 
 fn workspace(p: &Project, mode: Mode) -> Workspace {
@@ -406,18 +406,22 @@ fn user_tree_untouched(mode: Mode) {
     let mut ws = workspace(&f, mode);
     ws.place("CLAUDE.md", b"placed instructions\n").unwrap();
     run_ok(&ws, AGENT);
-    // And git, inside: add, commit, a new branch.
-    // (The copy has no .git/: `git init` makes one there; in the overlay it
-    // re-initialises the project's, harmlessly.)
-    run_ok(
-        &ws,
-        "set -e; git init -q; git add -A; git commit -qm agent; git checkout -qb agent-branch; echo x > .git/extra",
-    );
+    // And git, inside: add, commit, a new branch. The overlay shows the
+    // project's .git read-only: git cannot write it (nor plant a hook).
+    // The copy has no .git/: `git init` makes one there.
+    let git =
+        "set -e; git init -q; git add -A; git commit -qm agent; git checkout -qb agent-branch; echo x > .git/extra";
+    if mode == Mode::Overlay {
+        let out = run(&ws, git);
+        assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Read-only file system"));
+    } else {
+        run_ok(&ws, git);
+    }
     // The workspace sees its own changes...
     let seen =
         run_ok(&ws, "cat src/lib.rs CLAUDE.md; test ! -e README.md && echo no-readme; git log --oneline | wc -l");
     assert!(seen.contains("println!") && seen.contains("placed instructions") && seen.contains("no-readme"), "{seen}");
-    let commits = if mode == Mode::Overlay { '2' } else { '1' };
+    let commits = '1';
     assert!(seen.trim_end().ends_with(commits), "{commits} commits inside: {seen}");
     assert_eq!(by_path(&ws.changes().unwrap()).len(), 11);
     // ...the user's tree none of them.
@@ -451,19 +455,24 @@ fn unchanged_workspace_has_no_changes(mode: Mode) {
 }
 
 /// `git add`, `git commit` and a branch made inside the workspace of a
-/// repository: `.git/` is never part of the change set.
+/// repository: `.git/` is never part of the change set. In the overlay
+/// the project's `.git` is read-only: git reads it, and every write fails.
 fn git_in_a_repository_is_not_a_change(mode: Mode) {
     let f = fixture(true);
     let head = f.git(&["rev-parse", "HEAD"]);
     let git_before = tree(&f.path().join(".git"));
     let mut ws = workspace(&f, mode);
-    // The copy has no .git/ of its own: `git init` makes one there (and is
-    // harmless in the overlay, where the project's repository is seen).
-    run_ok(
-        &ws,
-        "set -e; git init -q; echo 'pub fn more() {}' > src/more.rs; git add -A; git commit -qm agent; \
-         git checkout -qb agent-work; git gc -q",
-    );
+    // The copy has no .git/ of its own: `git init` makes one there.
+    let git = "set -e; git init -q; echo 'pub fn more() {}' > src/more.rs; git add -A; git commit -qm agent; \
+         git checkout -qb agent-work; git gc -q";
+    if mode == Mode::Overlay {
+        let out = run(&ws, &format!("git status --short >/dev/null && echo read; {git}"));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "read\n");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("Read-only file system"), "{out:?}");
+        run_ok(&ws, "test ! -e .git/index.lock && echo 'pub fn more() {}' > src/more.rs");
+    } else {
+        run_ok(&ws, git);
+    }
     let cs = ws.changes().unwrap();
     assert_eq!(cs.paths(), ["src/more.rs"], "change set:\n  {}", describe(&cs));
     assert_eq!(f.git(&["rev-parse", "HEAD"]), head);
@@ -668,9 +677,9 @@ fn drop_removes_the_workspace(mode: Mode) {
     let base = ws.base().to_path_buf();
     assert!(base.starts_with(parent(&f)), "{} not under {}", base.display(), parent(&f).display());
     if mode == Mode::Overlay {
-        let work = base.join("work/work");
-        let m = std::fs::metadata(&work).expect("the overlay's work/work folder");
-        assert_eq!(m.mode() & 0o777, 0, "work/work is mode 000");
+        let work = base.join("agent.work/work");
+        let m = std::fs::metadata(&work).expect("the overlay's agent.work/work folder");
+        assert_eq!(m.mode() & 0o777, 0, "agent.work/work is mode 000");
     }
     drop(ws);
     assert!(!base.exists(), "{} left behind", base.display());
@@ -686,7 +695,7 @@ fn keep_keeps_the_workspace(mode: Mode) {
     drop(ws);
     assert!(base.is_dir());
     let kept = match mode {
-        Mode::Overlay => base.join("upper/src/kept.rs"),
+        Mode::Overlay => base.join("agent/src/kept.rs"),
         Mode::Copy => base.join("project/src/kept.rs"),
     };
     assert_eq!(std::fs::read(&kept).unwrap(), b"kept\n");

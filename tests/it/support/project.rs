@@ -7,10 +7,14 @@
 //! - the project itself, under the temp folder ([`Test::new`]) or outside
 //!   the temp folders ([`Test::trusted`], [`Test::outside_tmp`]): agents may
 //!   write temp folders, so a project there would be writable to them;
-//! - `out`, in the temp folder, for what the agents and the test leave
-//!   there (logs, markers, scripts, the `--report-json` file);
 //! - `home`, outside the temp folders, the HOME of every command (agents
-//!   keep state there, and cassist prepares their state folders in it).
+//!   keep state there, and cassist prepares their state folders in it);
+//! - `out`, `home/.cache/cassist-test-out`, for what the agents and the
+//!   test leave there (logs, markers, scripts, the `--report-json` file).
+//!   Every command of a task has a private `/tmp` and may write nothing
+//!   outside its workspace but its own folders: `~/.cache` is the one an
+//!   agent of any kind may write (its state folder), so agents leave what
+//!   the test reads there. Acceptance and setup commands may not.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -132,9 +136,8 @@ impl Test {
             Place::In(base) => base.clone(),
         };
         let dir = tempfile::Builder::new().prefix("cassist-test-").tempdir_in(base).expect("project folder");
-        let out = tempfile::Builder::new().prefix("cassist-test-out-").tempdir().expect("out folder");
         let root = dir.path().canonicalize().unwrap();
-        let p = Project { root, _dir: dir, out, home: OnceLock::new(), env: Vec::new() };
+        let p = Project { root, _dir: dir, home: OnceLock::new(), tmp: OnceLock::new(), env: Vec::new() };
         for rel in &self.fixtures {
             super::copy_tree(&fixtures().join(rel), p.path());
         }
@@ -183,9 +186,10 @@ fn agent_block(name: &str, script: &str, args: &[&str], pass_env: &[&str]) -> St
 pub struct Project {
     root: PathBuf,
     _dir: tempfile::TempDir,
-    out: tempfile::TempDir,
     /// Made on first use (a test run as another user may not be able to).
     home: OnceLock<tempfile::TempDir>,
+    /// Made on first use.
+    tmp: OnceLock<tempfile::TempDir>,
     env: Vec<(String, String)>,
 }
 
@@ -201,14 +205,26 @@ impl Project {
         self
     }
 
-    /// The folder for what agents and the test leave (in the temp folder).
-    pub fn out(&self) -> &Path {
-        self.out.path()
+    /// The folder for what agents and the test leave (in HOME's `.cache`,
+    /// see the module doc), made on first use.
+    pub fn out(&self) -> PathBuf {
+        let out = self.home().join(".cache/cassist-test-out");
+        std::fs::create_dir_all(&out).expect("out folder");
+        out
     }
 
     /// [`out`](Project::out) as a string, for environment variables.
-    pub fn out_str(&self) -> &str {
-        self.out().to_str().unwrap()
+    pub fn out_str(&self) -> String {
+        self.out().to_str().unwrap().to_owned()
+    }
+
+    /// A folder of the test's own in the temp folder, made on first use
+    /// (what runs in a task's sandbox never sees it: its `/tmp` is
+    /// private).
+    pub fn tmp(&self) -> &Path {
+        self.tmp
+            .get_or_init(|| tempfile::Builder::new().prefix("cassist-test-tmp-").tempdir().expect("tmp folder"))
+            .path()
     }
 
     /// The HOME of every command.

@@ -1,0 +1,353 @@
+//! The command's view of the filesystem, built by the namespace's init
+//! before the command starts (with namespaces only). In order:
+//!
+//! 1. every mount private: nothing made here propagates out, nothing made
+//!    outside comes in;
+//! 2. the overlay over the project's own path: the lower layers (top
+//!    first) read-only under the command's writable layer;
+//! 3. the [`read_only`](super::ExecSpec::read_only) paths (the project's
+//!    `.git`) bind-mounted read-only over themselves;
+//! 4. a fresh `/proc` of the PID namespace;
+//! 5. confined commands: the paths to keep are cloned (detached mounts,
+//!    `open_tree`), then, shortest path first, each covered folder gets its
+//!    tmpfs — `/tmp` and `/var/tmp` a private writable one, each hidden
+//!    folder an empty read-only one — and each kept path is moved back
+//!    where it was; a minimal read-only `/dev` replaces the machine's.
+//!
+//! Without capabilities (dropped before exec, [`super::confine`]) none of
+//! this can be undone from inside.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use nix::mount::{MsFlags, mount};
+use nix::sched::{CloneFlags, unshare};
+
+use super::ExecSpec;
+use super::confine::SAFE_DEVICES;
+
+type Result<T> = std::result::Result<T, String>;
+
+fn write_proc(file: &str, text: &str) -> std::io::Result<()> {
+    std::fs::write(format!("/proc/self/{file}"), text)
+}
+
+/// Enters new user + mount + PID namespaces, mapping the current user to
+/// itself.
+pub fn enter_namespaces() -> Result<()> {
+    let uid = nix::unistd::getuid();
+    let gid = nix::unistd::getgid();
+    unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID)
+        .map_err(|e| format!("cannot create user and mount namespaces: {e}"))?;
+    let _ = write_proc("setgroups", "deny");
+    write_proc("uid_map", &format!("{uid} {uid} 1")).map_err(|e| format!("cannot map the user id: {e}"))?;
+    write_proc("gid_map", &format!("{gid} {gid} 1")).map_err(|e| format!("cannot map the group id: {e}"))?;
+    Ok(())
+}
+
+/// Builds the command's view (see the module doc). Runs in the namespace's
+/// init, before the command is forked.
+pub fn prepare(spec: &ExecSpec) -> Result<()> {
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+        .map_err(|e| format!("cannot make mounts private: {e}"))?;
+    if let Some(o) = &spec.overlay {
+        mount_overlay(&o.target, &o.lowers, &o.upper, &o.work)?;
+    }
+    for p in &spec.read_only {
+        bind_read_only(p)?;
+    }
+    // A /proc of this PID namespace: the command sees its own processes
+    // only, not cassist's or the machine's (nor their environments).
+    // Where /proc cannot be mounted (a container that masks parts of its
+    // own), the old one stays, and Landlock still keeps the command from
+    // reading other processes' memory and environment.
+    let _ = mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    );
+    if spec.confined {
+        cover(spec)?;
+        minimal_dev()?;
+    }
+    Ok(())
+}
+
+/// Mounts the overlay at `target`.
+fn mount_overlay(target: &Path, lowers: &[PathBuf], upper: &Path, work: &Path) -> Result<()> {
+    let lowerdir: Vec<String> = lowers.iter().map(|l| l.display().to_string()).collect();
+    let base = format!("lowerdir={},upperdir={},workdir={}", lowerdir.join(":"), upper.display(), work.display());
+    // `userxattr` keeps overlay metadata in user.* xattrs, which an
+    // unprivileged mount may write; older kernels lack the option.
+    let with_user = format!("{base},userxattr");
+    mount(Some("overlay"), target, Some("overlay"), MsFlags::empty(), Some(with_user.as_str()))
+        .or_else(|_| mount(Some("overlay"), target, Some("overlay"), MsFlags::empty(), Some(base.as_str())))
+        .map_err(|e| format!("cannot mount the overlay workspace: {e}"))
+}
+
+/// `path` (a folder or a file) bind-mounted read-only over itself, with
+/// what is mounted below it; nothing when it does not exist.
+fn bind_read_only(path: &Path) -> Result<()> {
+    if path.symlink_metadata().is_err() {
+        return Ok(());
+    }
+    let err = |e: nix::Error| format!("cannot make {} read-only: {e}", path.display());
+    mount(Some(path), path, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>).map_err(err)?;
+    mount(None::<&str>, path, None::<&str>, MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY, None::<&str>)
+        .map_err(err)
+}
+
+/// What goes over one path.
+enum Op {
+    /// A private, writable tmpfs (`/tmp`).
+    Private,
+    /// An empty, read-only tmpfs.
+    Hide,
+    /// The original, cloned before anything was covered.
+    Keep(OwnedFd),
+}
+
+/// Covers the private and hidden folders, keeping what must stay visible
+/// under them.
+fn cover(spec: &ExecSpec) -> Result<()> {
+    let mut covers: Vec<(PathBuf, bool)> = Vec::new();
+    // `/dev/shm` is part of the private `/dev`.
+    for t in &super::PRIVATE_TEMP[..2] {
+        // `/var/tmp` may be a link to `/tmp`, or missing.
+        if let Ok(real) = Path::new(t).canonicalize()
+            && real.is_dir()
+            && !covers.iter().any(|(c, _)| *c == real)
+        {
+            covers.push((real, true));
+        }
+    }
+    for h in &spec.hide {
+        if h.is_dir() && !covers.iter().any(|(c, _)| c == h) {
+            covers.push((h.clone(), false));
+        }
+    }
+    // A kept path wins over a cover of the same path.
+    covers.retain(|(c, _)| !spec.keep.contains(c));
+    let cover_paths: Vec<PathBuf> = covers.iter().map(|(c, _)| c.clone()).collect();
+    let writable = |p: &Path| super::may_write(&spec.writable, p);
+    let mut ops: Vec<(PathBuf, Op)> = Vec::new();
+    // A cover is needed where the original shows (not under a cover, or
+    // under something kept); a keep where a cover hides it, or where what
+    // is kept around it is read-only and it is not.
+    for (c, private) in &covers {
+        if !matches!(nearest(c, &cover_paths, &spec.keep), Some(Around::Cover)) {
+            ops.push((c.clone(), if *private { Op::Private } else { Op::Hide }));
+        }
+    }
+    for k in &spec.keep {
+        let needed = match nearest(k, &cover_paths, &spec.keep) {
+            Some(Around::Cover) => true,
+            Some(Around::Keep(outer)) => writable(k) != writable(outer),
+            None => false,
+        };
+        if needed && let Some(fd) = clone_tree(k, !writable(k))? {
+            ops.push((k.clone(), Op::Keep(fd)));
+        }
+    }
+    // Outermost first: a path's mount point exists once what is around it
+    // is in place.
+    ops.sort_by_key(|(p, _)| p.components().count());
+    for i in 0..ops.len() {
+        let (path, op) = &ops[i];
+        match op {
+            Op::Keep(fd) => move_mount(fd, path)?,
+            Op::Private | Op::Hide => {
+                let private = matches!(op, Op::Private);
+                let mode = if private { "mode=1777" } else { "mode=755" };
+                mount(Some("tmpfs"), path, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(mode))
+                    .map_err(|e| format!("cannot cover {}: {e}", path.display()))?;
+                // The mount points of what comes inside.
+                for (inner, inner_op) in &ops[i + 1..] {
+                    if let Ok(rel) = inner.strip_prefix(path) {
+                        make_mount_point(path, rel, matches!(inner_op, Op::Keep(fd) if is_file(fd)))?;
+                    }
+                }
+                if !private {
+                    mount(
+                        None::<&str>,
+                        path,
+                        None::<&str>,
+                        MsFlags::MS_REMOUNT
+                            | MsFlags::MS_BIND
+                            | MsFlags::MS_RDONLY
+                            | MsFlags::MS_NOSUID
+                            | MsFlags::MS_NODEV,
+                        None::<&str>,
+                    )
+                    .map_err(|e| format!("cannot make {} read-only: {e}", path.display()))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What is nearest around a path.
+enum Around<'a> {
+    Cover,
+    Keep(&'a Path),
+}
+
+/// The nearest folder around `p` (not `p` itself) that is covered or
+/// kept; `None` when nothing around it is.
+fn nearest<'a>(p: &Path, covers: &'a [PathBuf], keeps: &'a [PathBuf]) -> Option<Around<'a>> {
+    let around = |a: &&PathBuf| p != *a && p.starts_with(a);
+    let covers = covers.iter().filter(around).map(|a| (a.components().count(), Around::Cover));
+    let keeps = keeps.iter().filter(around).map(|a| (a.components().count(), Around::Keep(a.as_path())));
+    // The deepest; a keep wins over a cover of the same path.
+    covers.chain(keeps).max_by_key(|(depth, a)| (*depth, matches!(a, Around::Keep(_)))).map(|(_, a)| a)
+}
+
+/// Makes `base/rel` (its folders, and a folder or an empty file at the
+/// end) if missing.
+fn make_mount_point(base: &Path, rel: &Path, file: bool) -> Result<()> {
+    let target = base.join(rel);
+    let err = |e: std::io::Error| format!("cannot make {}: {e}", target.display());
+    if file {
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(err)?;
+        }
+        if target.symlink_metadata().is_err() {
+            std::fs::File::create(&target).map_err(err)?;
+        }
+        Ok(())
+    } else {
+        std::fs::create_dir_all(&target).map_err(err)
+    }
+}
+
+fn is_file(fd: &OwnedFd) -> bool {
+    nix::sys::stat::fstat(fd).is_ok_and(|s| s.st_mode & libc::S_IFMT != libc::S_IFDIR)
+}
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
+
+/// A detached copy of the mount tree at `path` (with what is mounted
+/// below it), read-only if asked; `None` when `path` does not exist.
+fn clone_tree(path: &Path, read_only: bool) -> Result<Option<OwnedFd>> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint;
+    // SAFETY: a valid C string; on success the fd is ours.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::NotFound {
+            return Ok(None);
+        }
+        return Err(format!("cannot keep {} visible: {e}", path.display()));
+    }
+    // SAFETY: a fresh fd owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    if read_only {
+        #[repr(C)]
+        struct MountAttr {
+            attr_set: u64,
+            attr_clr: u64,
+            propagation: u64,
+            userns_fd: u64,
+        }
+        const MOUNT_ATTR_RDONLY: u64 = 1;
+        let attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+        let empty = c"";
+        // SAFETY: a valid fd, C string and mount_attr of the size given.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_mount_setattr,
+                fd.as_raw_fd(),
+                empty.as_ptr(),
+                (libc::AT_EMPTY_PATH as libc::c_uint) | AT_RECURSIVE,
+                &attr as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            )
+        };
+        if r != 0 {
+            return Err(format!("cannot keep {} read-only: {}", path.display(), std::io::Error::last_os_error()));
+        }
+    }
+    Ok(Some(fd))
+}
+
+/// Attaches the detached mount `fd` at `path`.
+fn move_mount(fd: &OwnedFd, path: &Path) -> Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let empty = c"";
+    // SAFETY: a valid fd and C strings.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            fd.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if r != 0 {
+        return Err(format!("cannot put {} back: {}", path.display(), std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Replaces `/dev` by a read-only tmpfs holding the [`SAFE_DEVICES`]
+/// (bind-mounted from the machine's), `fd`/`stdin`/`stdout`/`stderr`
+/// links, a private `devpts` (ptys of this sandbox only; `ptmx` links into
+/// it) and a private writable `/dev/shm`. No `tty`, no console, no block
+/// device: a write to a name that is not there fails (read-only).
+fn minimal_dev() -> Result<()> {
+    let mut nodes = Vec::new();
+    for dev in SAFE_DEVICES {
+        if let Some(fd) = clone_tree(Path::new(dev), false)? {
+            nodes.push((dev, fd));
+        }
+    }
+    let dev = Path::new("/dev");
+    let err = |what: &str, e: &dyn std::fmt::Display| format!("cannot make the private /dev ({what}): {e}");
+    mount(Some("tmpfs"), dev, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, Some("mode=755"))
+        .map_err(|e| err("tmpfs", &e))?;
+    for (name, fd) in &nodes {
+        let path = Path::new(name);
+        std::fs::File::create(path).map_err(|e| err(name, &e))?;
+        move_mount(fd, path)?;
+    }
+    for (link, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
+    ] {
+        std::os::unix::fs::symlink(target, dev.join(link)).map_err(|e| err(link, &e))?;
+    }
+    for sub in ["pts", "shm"] {
+        std::fs::create_dir(dev.join(sub)).map_err(|e| err(sub, &e))?;
+    }
+    mount(
+        Some("devpts"),
+        "/dev/pts",
+        Some("devpts"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=620"),
+    )
+    .map_err(|e| err("devpts", &e))?;
+    mount(Some("tmpfs"), "/dev/shm", Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some("mode=1777"))
+        .map_err(|e| err("shm", &e))?;
+    mount(
+        None::<&str>,
+        dev,
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| err("read-only", &e))
+}
