@@ -14,7 +14,7 @@ use crate::report::progress::{Reporter, Style};
 use crate::report::{self, Output};
 use crate::runner::Runner;
 use crate::scheduler;
-use crate::workspace::detect_mode;
+use crate::workspace::{Mode, detect_mode};
 
 pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     // Task files and config are read and checked first: invalid input ends
@@ -46,9 +46,13 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     let workspaces = workspaces_dir(&plan.project.root);
     crate::workspace::remove_stale(&workspaces);
     let (mode, why) = detect_mode(&exe, &plan.project.root, &workspaces);
-    if let Some(why) = why {
+    if mode == Mode::Copy {
+        let because = match why {
+            Some(why) => format!("copy-on-write workspaces are unavailable here ({why})"),
+            None => "CASSIST_WORKSPACE=copy".to_owned(),
+        };
         eprintln!(
-            "note: copy-on-write workspaces are unavailable here ({why}); each task works on a copy of the project instead"
+            "note: {because}; each task works on a copy of the project instead, and its commands go without what namespaces give: a private /tmp, /var/tmp and /dev, a PID namespace of their own (they see every process of the machine), a read-only .git, ptys"
         );
     }
     let run_id = run_id();
@@ -61,8 +65,13 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     let landlock_off = std::env::var("CASSIST_LANDLOCK").is_ok_and(|v| v == "off");
     let landlock = !landlock_off && crate::sandbox::landlock_abi() > 0;
     if !landlock && !landlock_off {
+        let copy = if mode == Mode::Copy {
+            "; in copy mode nothing keeps a command from reading other tasks' folders or the machine's terminals, nor from writing outside its workspace"
+        } else {
+            ""
+        };
         eprintln!(
-            "note: this kernel has no Landlock: sandbox levels rely on the agents' own flags and on the review of each change"
+            "note: this kernel has no Landlock: sandbox levels rely on the agents' own flags and on the review of each change{copy}"
         );
     }
     let jobs = args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |j| j as usize);

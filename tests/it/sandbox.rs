@@ -198,6 +198,48 @@ fn agent_cannot_get_out(env: &[(&str, &str)]) {
 
 in_both_modes!(agent_cannot_get_out: agent_cannot_get_out_with_namespaces, agent_cannot_get_out_in_copy_mode);
 
+/// cassist's own folders: the project's `.cassist/` (records, store) is
+/// out of sight of every command, and the repository's `.git` read-only
+/// (no hook planted), by its workspace path or the project's own; the
+/// `build` command, run in the user's tree after integration, may write
+/// the project but nothing outside it (not HOME).
+fn cassists_own_folders_are_out_of_reach(env: &[(&str, &str)]) {
+    if !available(env) {
+        return;
+    }
+    let p = project("test #false", &[], "");
+    let root = p.path().display().to_string();
+    let outside =
+        crate::support::outside_temp_dir().join(format!("{}-outside", p.path().file_name().unwrap().to_string_lossy()));
+    let own =
+        format!("read {root}/.cassist/.gitignore write {root}/.cassist/planted write {root}/.git/hooks/pre-commit git");
+    let build =
+        format!("{}; echo built > built.txt", probe_cmd(&[], &format!("write-home write {}", outside.display())));
+    p.file(
+        "cassist.kdl",
+        format!(
+            "trust \"workspace-write\"\ntest #false\nbuild {build:?}\n{}",
+            crate::support::sh_agent_block("probe", &format!("python3 {:?} {own} && echo probed > src/a.txt", probe()))
+        ),
+    );
+    p.file("tasks/t.kdl", code_task("t", &[&probe_cmd(&[], &own)]));
+    p.commit_all();
+    let git_before = snapshot(&p.path().join(".git"), &[]);
+    let done = p.run(&[]).envs(env).exec();
+    assert_eq!(done.task("t")["state"], "passed", "{}", done.transcript());
+    for (what, log) in [("agent", "transcript-1.log"), ("acceptance", "acceptance-1-1.log")] {
+        let text = p.record("t", log);
+        assert_refused(&text, &["read /", "write /", "git"], what);
+    }
+    assert_refused(&p.record("t", "build.log"), &["write-home", "write /"], "build");
+    assert!(!p.exists(".cassist/planted") && !p.exists(".git/hooks/pre-commit") && !outside.exists());
+    assert_same_tree(&snapshot(&p.path().join(".git"), &[]), &git_before, ".git changed");
+    // The build did write the project.
+    assert_eq!(p.read("built.txt"), "built\n");
+}
+
+in_both_modes!(cassists_own_folders_are_out_of_reach: cassists_own_folders_are_out_of_reach_with_namespaces, cassists_own_folders_are_out_of_reach_in_copy_mode);
+
 // ---------------------------------------------------------------------------
 // Devices
 
@@ -414,3 +456,24 @@ fn acceptance_writes_are_thrown_away(env: &[(&str, &str)]) {
 }
 
 in_both_modes!(acceptance_writes_are_thrown_away: acceptance_writes_are_thrown_away_with_namespaces, acceptance_writes_are_thrown_away_in_copy_mode);
+
+// ---------------------------------------------------------------------------
+// Copy mode says what it lacks
+
+/// A run in copy mode says once, before anything runs, which guarantees
+/// its commands go without.
+#[test]
+fn copy_mode_says_once_what_it_lacks() {
+    let p = project("test #false", &[], &format!("{}{}", explore_task("one"), explore_task("two")));
+    let done = p.run(&[]).envs(crate::support::COPY).exec();
+    let note = "note: CASSIST_WORKSPACE=copy; each task works on a copy of the project instead, and its commands go \
+                without what namespaces give: a private /tmp, /var/tmp and /dev, a PID namespace of their own (they \
+                see every process of the machine), a read-only .git, ptys\n";
+    assert_eq!(done.stderr.matches(note).count(), 1, "{}", done.stderr);
+    assert!(done.stderr.starts_with(note), "said first: {}", done.stderr);
+    // Not with namespaces.
+    if sandbox_or_skip(Sandbox::Overlay) {
+        let done = p.run(&[]).exec();
+        assert!(!done.stderr.contains("note:"), "{}", done.stderr);
+    }
+}
