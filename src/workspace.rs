@@ -56,10 +56,14 @@ impl Mode {
 }
 
 /// The mode this machine supports for `root`, probed once per process by
-/// mounting a throw-away overlay over the project with its upper dir under
-/// `parent` (so both filesystems are tried), through the cassist binary
-/// `exe`. `CASSIST_WORKSPACE=copy` forces the copy mode. The second value
-/// says why overlay is not used.
+/// building in new namespaces the view a confined command gets (the
+/// overlay over the project with its upper dir under `parent`, so both
+/// filesystems are tried, private `/tmp` and `/dev`, hidden and kept
+/// folders), through the cassist binary `exe`. A probe that worked is
+/// remembered in `.cassist/cache/sandbox-probe` while nothing it depends
+/// on changes ([`probe_key`]): it costs a process and a dozen mounts, more
+/// than the rest of a run's set-up. `CASSIST_WORKSPACE=copy` forces the
+/// copy mode. The second value says why overlay is not used.
 pub fn detect_mode(exe: &Path, root: &Path, parent: &Path) -> (Mode, Option<String>) {
     static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
     if std::env::var("CASSIST_WORKSPACE").is_ok_and(|v| v == "copy") {
@@ -72,19 +76,32 @@ pub fn detect_mode(exe: &Path, root: &Path, parent: &Path) -> (Mode, Option<Stri
         );
     }
     let probe = PROBE.get_or_init(|| {
+        let cache = probe_cache(root);
+        let key = probe_key(exe, root, parent);
+        if std::fs::read_to_string(&cache).is_ok_and(|k| k == key) {
+            return Ok(());
+        }
         std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
         let dir = tempfile::Builder::new().prefix("probe-").tempdir_in(parent).map_err(|e| e.to_string())?;
-        let probe = process::Command::inheriting([
+        let mut probe = process::Command::inheriting([
             exe.as_os_str(),
             "__sandbox-probe".as_ref(),
             dir.path().as_os_str(),
             root.as_os_str(),
         ]);
+        let (k, v) = crate::sandbox::WRAPPER_ENV;
+        probe.env.push((k.into(), v.into()));
         let done =
             process::run(&probe, &process::Redactor::default(), &process::Cancel::new()).map_err(|e| e.to_string())?;
         remove_tree(dir.path());
         // The probe prints only its reason for failing.
-        if done.success() { Ok(()) } else { Err(done.tail.trim().to_owned()) }
+        if !done.success() {
+            return Err(done.tail.trim().to_owned());
+        }
+        if crate::fsx::ensure_state_dir(root).is_ok() {
+            let _ = crate::fsx::write_atomic(&cache, key.as_bytes());
+        }
+        Ok(())
     });
     match probe {
         Ok(()) => (Mode::Overlay, None),
@@ -93,6 +110,36 @@ pub fn detect_mode(exe: &Path, root: &Path, parent: &Path) -> (Mode, Option<Stri
             Some(if why.is_empty() { "user namespaces or overlayfs are unavailable".into() } else { why.clone() }),
         ),
     }
+}
+
+/// Where a probe that worked is remembered.
+fn probe_cache(root: &Path) -> PathBuf {
+    crate::fsx::state_dir(root).join("cache").join("sandbox-probe")
+}
+
+/// Forgets a probe that worked: a command's sandbox could not be set up
+/// after all (the machine changed in a way [`probe_key`] does not see).
+pub fn forget_probe(root: &Path) {
+    let _ = std::fs::remove_file(probe_cache(root));
+}
+
+/// What the probe's answer depends on: the cassist binary (path, size,
+/// mtime), the kernel, the settings that allow user namespaces, the user,
+/// and the two folders.
+fn probe_key(exe: &Path, root: &Path, parent: &Path) -> String {
+    let exe_stamp = std::fs::metadata(exe).map(|m| Stamp::of(&m)).map(|s| format!("{} {}", s.size, s.mtime_ns));
+    let mut key = format!("exe {} {}\n", exe.display(), exe_stamp.unwrap_or_default());
+    for setting in [
+        "kernel/osrelease",
+        "user/max_user_namespaces",
+        "kernel/unprivileged_userns_clone",
+        "kernel/apparmor_restrict_unprivileged_userns",
+    ] {
+        let value = std::fs::read_to_string(format!("/proc/sys/{setting}")).unwrap_or_else(|_| "-".into());
+        key.push_str(&format!("{setting} {}\n", value.trim()));
+    }
+    key.push_str(&format!("uid {}\nroot {}\nparent {}\n", nix::unistd::getuid(), root.display(), parent.display()));
+    key
 }
 
 /// The writable layer of one command of a task (see the module doc).

@@ -148,7 +148,7 @@ impl TaskContext<'_> {
         cmd.stdin = inv.stdin_prompt.then(|| req.prompt.to_owned().into_bytes());
         cmd.timeout = Some(req.timeout);
         cmd.transcript = Some(files.transcript.clone());
-        process::run(&cmd, &self.runner.redactor, &self.runner.cancel)
+        self.runner.run(&cmd)
     }
 
     /// Codex runs with danger-full-access where its own sandbox cannot

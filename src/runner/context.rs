@@ -133,6 +133,6 @@ impl<'a> TaskContext<'a> {
         c.env = self.base_env.clone();
         c.timeout = timeout;
         c.transcript = Some(log.to_path_buf());
-        process::run(&c, &self.runner.redactor, &self.runner.cancel)
+        self.runner.run(&c)
     }
 }

@@ -63,7 +63,7 @@ impl TaskContext<'_> {
         c.env = self.base_env.clone();
         c.transcript = Some(self.record.join("build.log"));
         c.timeout = Some(accept::DEFAULT_TIMEOUT);
-        match process::run(&c, &self.runner.redactor, &self.runner.cancel) {
+        match self.runner.run(&c) {
             Ok(f) if f.success() => Ok(()),
             Ok(f) => Err((f.describe(), f.tail)),
             Err(e) => Err((e.to_string(), String::new())),

@@ -180,6 +180,23 @@ impl Runner {
         )))
     }
 
+    /// Runs a command of a task through its sandbox wrapper (started with
+    /// [`crate::sandbox::WRAPPER_ENV`]). A wrapper that could not set the
+    /// sandbox up makes the next run probe again.
+    fn run(&self, cmd: &crate::process::Command) -> std::io::Result<crate::process::Finished> {
+        let mut cmd = cmd.clone();
+        let (k, v) = crate::sandbox::WRAPPER_ENV;
+        cmd.env.push((k.into(), v.into()));
+        let f = crate::process::run(&cmd, &self.redactor, &self.cancel)?;
+        if self.mode == Mode::Overlay
+            && f.outcome == crate::process::Outcome::Exited(crate::sandbox::SETUP_FAILED)
+            && f.tail.contains("cassist: ")
+        {
+            crate::workspace::forget_probe(&self.plan.project.root);
+        }
+        Ok(f)
+    }
+
     fn event(&self, e: Event<'_>) {
         (self.events)(e)
     }

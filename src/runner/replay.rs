@@ -47,7 +47,7 @@ impl TaskContext<'_> {
         let mut c = process::Command::new(argv, self.ws.dir.clone());
         c.env = self.base_env.clone();
         c.transcript = Some(self.record.join("replay.log"));
-        match process::run(&c, &self.runner.redactor, &self.runner.cancel) {
+        match self.runner.run(&c) {
             Ok(f) if f.success() => Ok(()),
             Ok(f) => Err(cannot(&f.describe()).with_tail(f.tail)),
             Err(e) => Err(cannot(&e)),

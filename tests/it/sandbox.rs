@@ -477,3 +477,25 @@ fn copy_mode_says_once_what_it_lacks() {
         assert!(!done.stderr.contains("note:"), "{}", done.stderr);
     }
 }
+
+/// The overlay probe runs once: a run that found it working remembers it
+/// (`.cassist/cache/sandbox-probe`, keyed by the binary, the kernel and
+/// what allows user namespaces); a key that does not match probes again.
+#[test]
+fn a_probe_that_worked_is_remembered() {
+    if !sandbox_or_skip(Sandbox::Overlay) {
+        return;
+    }
+    let p = project("test #false", &[], &explore_task("look"));
+    p.run(&[]).stderr_has("look: workspace: overlay").exec();
+    let cache = p.path().join(".cassist/cache/sandbox-probe");
+    let key = std::fs::read_to_string(&cache).unwrap();
+    assert!(key.contains(crate::support::CASSIST) && key.contains("kernel/osrelease "), "{key}");
+    let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let first = ino(&cache);
+    p.run(&["--no-cache"]).stderr_has("look: workspace: overlay").exec();
+    assert_eq!(ino(&cache), first, "probed again (the answer was written anew)");
+    std::fs::write(&cache, key.replace("kernel/osrelease ", "kernel/osrelease 0.0-")).unwrap();
+    p.run(&["--no-cache"]).stderr_has("look: workspace: overlay").exec();
+    assert_eq!(std::fs::read_to_string(&cache).unwrap(), key, "probed again");
+}
