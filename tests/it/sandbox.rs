@@ -322,6 +322,52 @@ fn no_process_outlives_its_command(env: &[(&str, &str)]) {
 
 in_both_modes!(no_process_outlives_its_command: no_process_outlives_its_command_with_namespaces, no_process_outlives_its_command_in_copy_mode);
 
+/// An agent deaf to SIGTERM that left a `setsid` daemon: when its
+/// timeout stops it (TERM, the grace, then KILL), when the run is
+/// interrupted (Ctrl-C) and when cassist itself is killed (SIGKILL:
+/// nothing of cassist runs any more), no process of the task is left.
+fn nothing_outlives_a_stopped_or_killed_run(env: &[(&str, &str)]) {
+    use nix::sys::signal::Signal;
+    if !available(env) {
+        return;
+    }
+    for stop in [None, Some(Signal::SIGINT), Some(Signal::SIGKILL)] {
+        let marker = unique_marker("stopped");
+        // Deaf on the whole task only: the parts it is split into after
+        // its timeout end at once.
+        let agent = format!(
+            "test -n \"$CASSIST_PART\" && exit 0; python3 {:?} daemon && touch \"$PROBE_OUT/started\" && exec python3 -c \
+             'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)' \"$PROBE_MARKER\"",
+            probe()
+        );
+        let p = Test::trusted()
+            .kdl(
+                &crate::support::sh_agent_block("deaf", &agent)
+                    .replace("\n}\n", "\n    pass-env \"PROBE_OUT\" \"PROBE_MARKER\"\n}\n"),
+            )
+            .tasks("task \"t\" {\n    goal \"Hang.\"\n    agent \"deaf\"\n    timeout \"1s\"\n}\n")
+            .file("src/a.txt", "a\n")
+            .build();
+        let out = p.out();
+        let mut run = p.run(&[]).env("PROBE_OUT", &out).env("PROBE_MARKER", &marker).envs(env).any_status().spawn();
+        run.wait_for_file(&out.join("started"));
+        let running = processes_with(&marker);
+        assert!(running.len() >= 2, "the agent and its daemon run: {running:#?}");
+        if let Some(sig) = stop {
+            crate::support::signal(run.pid(), sig);
+        }
+        let done = run.finish_within(std::time::Duration::from_secs(60));
+        if stop.is_none() {
+            assert!(done.stderr.contains("agent timed out"), "{}", done.transcript());
+        }
+        crate::support::wait_until(std::time::Duration::from_secs(10), "no process of the task left", || {
+            processes_with(&marker).is_empty()
+        });
+    }
+}
+
+in_both_modes!(nothing_outlives_a_stopped_or_killed_run: nothing_outlives_a_stopped_or_killed_run_with_namespaces, nothing_outlives_a_stopped_or_killed_run_in_copy_mode);
+
 // ---------------------------------------------------------------------------
 // Tasks side by side
 
