@@ -389,18 +389,20 @@ impl Workspace {
         Ok(ChangeSet { changes: detect_renames(raw.into_values().collect()) })
     }
 
+    /// The agent's layer against what the lowers show (see [`Lowers`]).
     fn overlay_changes(&mut self, out: &mut BTreeMap<String, Change>) -> std::io::Result<()> {
         let upper = self.layer(Layer::Agent);
         let lower_dirs = self.lowers(Layer::Agent);
         let lowers = Lowers::new(&lower_dirs);
         let mut stack = vec![upper.clone()];
         while let Some(dir) = stack.pop() {
-            let rel_dir = dir.strip_prefix(&upper).unwrap_or(Path::new("")).to_string_lossy().into_owned();
+            let rel_dir = dir.strip_prefix(&upper).unwrap_or(Path::new("")).to_path_buf();
             // An opaque folder hides everything below it in the lowers.
             if dir != upper && is_opaque(&dir) {
-                for (path, layer) in lowers.files_below(&rel_dir) {
-                    if !dir.join(Path::new(&path).strip_prefix(&rel_dir).unwrap_or(Path::new(&path))).exists() {
-                        out.insert(path.clone(), deleted(layer, &path));
+                for (rel, real) in lowers.files_below(&rel_dir) {
+                    if upper.join(&rel).symlink_metadata().is_err() {
+                        let rel = rel.to_string_lossy().into_owned();
+                        out.insert(rel.clone(), deleted(&rel, &real));
                     }
                 }
             }
@@ -408,43 +410,43 @@ impl Workspace {
                 let entry = entry?;
                 let path = entry.path();
                 let meta = std::fs::symlink_metadata(&path)?;
-                let rel = path.strip_prefix(&upper).unwrap_or(&path).to_string_lossy().into_owned();
+                let rel_path = path.strip_prefix(&upper).unwrap_or(&path).to_path_buf();
+                let rel = rel_path.to_string_lossy().into_owned();
                 let ft = meta.file_type();
                 // What the lowers show at this path.
-                let below = lowers.find(&rel).map(|layer| {
-                    let p = layer.join(&rel);
-                    let m = std::fs::symlink_metadata(&p);
-                    (layer, p, m)
-                });
-                let below_is_dir = matches!(&below, Some((_, _, Ok(m))) if m.is_dir());
+                let lower = lowers.path(&rel_path);
+                let lower_meta = lower.as_ref().and_then(|l| std::fs::symlink_metadata(l).ok());
+                let lower_is_dir = lower_meta.as_ref().is_some_and(|m| m.is_dir());
+                let gone_below = |out: &mut BTreeMap<String, Change>| {
+                    for (p, real) in lowers.files_below(&rel_path) {
+                        let p = p.to_string_lossy().into_owned();
+                        out.insert(p.clone(), deleted(&p, &real));
+                    }
+                };
                 if ft.is_dir() {
                     // A file (or a symlink, never followed) replaced by a
                     // folder.
-                    if let Some((layer, _, Ok(m))) = &below
+                    if let (Some(lower), Some(m)) = (&lower, &lower_meta)
                         && !m.is_dir()
                     {
-                        out.insert(rel.clone(), deleted(layer, &rel));
+                        out.insert(rel.clone(), deleted(&rel, lower));
                     }
                     stack.push(path);
                 } else if ft.is_char_device() && meta.rdev() == 0 {
                     // A whiteout: deleted (a file, or a whole folder).
-                    if below_is_dir {
-                        for (p, layer) in lowers.files_below(&rel) {
-                            out.insert(p.clone(), deleted(layer, &p));
-                        }
-                    } else if let Some((layer, _, Ok(_))) = &below {
-                        out.insert(rel.clone(), deleted(layer, &rel));
+                    if lower_is_dir {
+                        gone_below(out);
+                    } else if let (Some(lower), Some(_)) = (&lower, &lower_meta) {
+                        out.insert(rel.clone(), deleted(&rel, lower));
                     }
                 } else if ft.is_file() || ft.is_symlink() {
                     let new = read_entry(&path, &meta)?;
-                    if below_is_dir {
+                    if lower_is_dir {
                         // A folder replaced by a file: its files are gone.
-                        for (p, layer) in lowers.files_below(&rel) {
-                            out.insert(p.clone(), deleted(layer, &p));
-                        }
+                        gone_below(out);
                     }
-                    match &below {
-                        Some((_, lower, Ok(lm))) if lm.is_file() || lm.file_type().is_symlink() => {
+                    match (&lower, &lower_meta) {
+                        (Some(lower), Some(lm)) if lm.is_file() || lm.file_type().is_symlink() => {
                             let old = read_entry(lower, lm)?;
                             if old != new || lm.mode() & 0o777 != meta.mode() & 0o777 {
                                 out.insert(
@@ -520,7 +522,7 @@ impl Workspace {
         }
         for rel in self.copied.keys() {
             if !seen.contains(rel) {
-                out.insert(rel.clone(), deleted(&self.root, rel));
+                out.insert(rel.clone(), deleted(rel, &self.root.join(rel)));
             }
         }
         Ok(())
@@ -594,11 +596,11 @@ impl<'a> Lowers<'a> {
         if folders.is_empty() { Merged::Absent } else { Merged::Folder(folders) }
     }
 
-    fn merged(&self, rel: &str) -> Merged<'a> {
+    fn merged(&self, rel: &Path) -> Merged<'a> {
         let mut layers: Vec<&'a Path> = self.layers.iter().map(PathBuf::as_path).collect();
         let mut at = PathBuf::new();
         let mut found = Merged::Folder(layers.clone());
-        for name in Path::new(rel).components() {
+        for name in rel.components() {
             at.push(name);
             found = Lowers::step(&at, &layers);
             match &found {
@@ -606,24 +608,25 @@ impl<'a> Lowers<'a> {
                 _ => layers = Vec::new(),
             }
         }
-        if rel.is_empty() { Merged::Folder(layers) } else { found }
+        if rel.as_os_str().is_empty() { Merged::Folder(layers) } else { found }
     }
 
-    /// The layer whose entry shows at `rel` (file or folder), if any.
-    fn find(&self, rel: &str) -> Option<&'a Path> {
+    /// Where the entry the lowers show at `rel` really is (a file's layer,
+    /// or the topmost part of a folder); `None` when they show nothing.
+    fn path(&self, rel: &Path) -> Option<PathBuf> {
         match self.merged(rel) {
             Merged::Absent => None,
-            Merged::Entry(layer) => Some(layer),
-            Merged::Folder(f) => f.first().copied(),
+            Merged::Entry(layer) => Some(layer.join(rel)),
+            Merged::Folder(f) => f.first().map(|layer| layer.join(rel)),
         }
     }
 
-    /// The files (not folders) below folder `rel_dir` in the merged view,
-    /// with the layer each comes from.
-    fn files_below(&self, rel_dir: &str) -> Vec<(String, &'a Path)> {
+    /// The entries but folders below folder `rel_dir` in the merged view:
+    /// their relative path, and where each really is.
+    fn files_below(&self, rel_dir: &Path) -> Vec<(PathBuf, PathBuf)> {
         let mut out = Vec::new();
         let Merged::Folder(top) = self.merged(rel_dir) else { return out };
-        let mut stack = vec![(PathBuf::from(rel_dir), top)];
+        let mut stack = vec![(rel_dir.to_path_buf(), top)];
         while let Some((dir, layers)) = stack.pop() {
             let mut names = std::collections::BTreeSet::new();
             for layer in &layers {
@@ -635,7 +638,10 @@ impl<'a> Lowers<'a> {
                 let rel = dir.join(&name);
                 match Lowers::step(&rel, &layers) {
                     Merged::Absent => {}
-                    Merged::Entry(layer) => out.push((rel.to_string_lossy().into_owned(), layer)),
+                    Merged::Entry(layer) => {
+                        let real = layer.join(&rel);
+                        out.push((rel, real));
+                    }
                     Merged::Folder(f) => stack.push((rel, f)),
                 }
             }
@@ -750,10 +756,10 @@ fn read_entry(path: &Path, meta: &std::fs::Metadata) -> std::io::Result<Vec<u8>>
     }
 }
 
-fn deleted(root: &Path, rel: &str) -> Change {
-    let path = root.join(rel);
-    let meta = std::fs::symlink_metadata(&path).ok();
-    let old = meta.as_ref().and_then(|m| read_entry(&path, m).ok());
+/// `rel` deleted; it was `path` (in the project or a lower layer).
+fn deleted(rel: &str, path: &Path) -> Change {
+    let meta = std::fs::symlink_metadata(path).ok();
+    let old = meta.as_ref().and_then(|m| read_entry(path, m).ok());
     Change {
         path: rel.to_owned(),
         kind: ChangeKind::Deleted,
@@ -1058,5 +1064,77 @@ pub fn rollback(root: &Path, done: &Integrated) {
                 prune_empty_parents(root, &path);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes `files` (path → content; `None`: a whiteout) under `dir`.
+    fn layer(dir: &Path, files: &[(&str, Option<&str>)]) -> bool {
+        for (rel, content) in files {
+            let p = dir.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            match content {
+                Some(c) => std::fs::write(&p, c).unwrap(),
+                None => {
+                    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+                    // SAFETY: a valid path; a 0/0 character device is what
+                    // overlayfs writes for a deleted entry.
+                    if unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o600, 0) } != 0 {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    fn opaque(dir: &Path) -> bool {
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: valid C strings and value.
+        unsafe { libc::setxattr(c.as_ptr(), c"user.overlay.opaque".as_ptr(), c"y".as_ptr().cast(), 1, 0) == 0 }
+    }
+
+    #[test]
+    fn lowers_merge_as_overlayfs_does() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (top, bottom) = (tmp.path().join("top"), tmp.path().join("bottom"));
+        layer(&bottom, &[("a.txt", Some("a0")), ("gone.txt", Some("g")), ("d/x", Some("x0")), ("o/old", Some("o"))]);
+        layer(&bottom, &[("f/inner", Some("i")), ("keep/k", Some("k"))]);
+        if !layer(&top, &[("a.txt", Some("a1")), ("gone.txt", None), ("d/y", Some("y1")), ("o/new", Some("n"))])
+            || !layer(&top, &[("f", Some("a file over a folder")), ("keep/k2", Some("k2"))])
+            || !opaque(&top.join("o"))
+        {
+            eprintln!("SKIPPED: cannot make whiteouts or opaque folders here");
+            return;
+        }
+        let layers = vec![top.clone(), bottom.clone()];
+        let l = Lowers::new(&layers);
+        assert_eq!(l.path(Path::new("a.txt")), Some(top.join("a.txt")));
+        assert_eq!(l.path(Path::new("gone.txt")), None, "a whiteout deletes");
+        assert_eq!(l.path(Path::new("d/x")), Some(bottom.join("d/x")), "folders merge");
+        assert_eq!(l.path(Path::new("d/y")), Some(top.join("d/y")));
+        assert_eq!(l.path(Path::new("o/old")), None, "an opaque folder hides the one below");
+        assert_eq!(l.path(Path::new("f")), Some(top.join("f")));
+        assert_eq!(l.path(Path::new("f/inner")), None, "a file hides a folder below");
+        assert_eq!(l.path(Path::new("nowhere")), None);
+        let mut below: Vec<(String, PathBuf)> =
+            l.files_below(Path::new("")).into_iter().map(|(r, p)| (r.to_string_lossy().into_owned(), p)).collect();
+        below.sort();
+        let want: Vec<(String, PathBuf)> = [
+            ("a.txt", &top),
+            ("d/x", &bottom),
+            ("d/y", &top),
+            ("f", &top),
+            ("keep/k", &bottom),
+            ("keep/k2", &top),
+            ("o/new", &top),
+        ]
+        .iter()
+        .map(|(r, l)| ((*r).to_owned(), l.join(r)))
+        .collect();
+        assert_eq!(below, want);
     }
 }

@@ -146,6 +146,47 @@ fn every_command_is_confined(env: &[(&str, &str)]) {
 
 in_both_modes!(every_command_is_confined: every_command_is_confined_with_namespaces, every_command_is_confined_in_copy_mode);
 
+/// A `full` agent is unconfined (it may write anywhere, keeps what
+/// capabilities it has: SPEC 6), but still runs through the wrapper: its
+/// own session without a controlling terminal, and with namespaces its own
+/// PID namespace and the repository's `.git` read-only.
+fn a_full_agent_still_has_its_own_session(env: &[(&str, &str)]) {
+    if !available(env) {
+        return;
+    }
+    let outside = crate::support::outside_temp_dir().join(unique_marker("full"));
+    let p = Test::new()
+        .outside_tmp()
+        .config("trust \"full\"\ntest #false\n")
+        .agent(
+            "probe",
+            "jail-probe.py",
+            &["status", "tty", "tiocsti", "proc", "git", "write", outside.to_str().unwrap()],
+            PROBE_ENV,
+        )
+        .tasks(&task("f", "    sandbox \"full\"\n"))
+        .file("src/a.txt", "a\n")
+        .git()
+        .build();
+    let done = p.run(&[]).envs(env).on_tty();
+    assert_eq!(done.task("f")["state"], "passed", "{}", done.transcript());
+    let text = p.record("f", "transcript-1.log");
+    // (No TIOCSTI tried here: a full agent keeps its capabilities, and as
+    // root in copy mode CAP_SYS_ADMIN may push into any terminal.)
+    assert_refused(&text, &["tty"], "full agent");
+    assert!(line(&text, "status: ").ends_with("tty_nr=0"), "{text}");
+    assert_eq!(verdicts(&text)[&format!("write {}", outside.display())], "ALLOWED", "full writes anywhere");
+    let _ = std::fs::remove_file(&outside);
+    if is_overlay(env) {
+        assert_refused(&text, &["git"], "full agent");
+        let proc = line(&text, "proc: ");
+        let count: usize = proc["proc: ".len()..].split(' ').next().unwrap().parse().unwrap();
+        assert!(count <= 3, "{proc}");
+    }
+}
+
+in_both_modes!(a_full_agent_still_has_its_own_session: a_full_agent_still_has_its_own_session_with_namespaces, a_full_agent_still_has_its_own_session_in_copy_mode);
+
 // ---------------------------------------------------------------------------
 // No way out of the workspace
 
@@ -351,8 +392,9 @@ fn nothing_outlives_a_stopped_or_killed_run(env: &[(&str, &str)]) {
         let out = p.out();
         let mut run = p.run(&[]).env("PROBE_OUT", &out).env("PROBE_MARKER", &marker).envs(env).any_status().spawn();
         run.wait_for_file(&out.join("started"));
-        let running = processes_with(&marker);
-        assert!(running.len() >= 2, "the agent and its daemon run: {running:#?}");
+        crate::support::wait_until(std::time::Duration::from_secs(10), "the agent and its daemon run", || {
+            processes_with(&marker).len() >= 2
+        });
         if let Some(sig) = stop {
             crate::support::signal(run.pid(), sig);
         }
