@@ -103,8 +103,10 @@ impl Runner {
         // own, not kept).
         keep.extend(writable.iter().filter(|w| !PRIVATE_TEMP.iter().any(|t| w.as_path() == Path::new(t))).cloned());
         keep.extend(visible_from_env(env));
-        if let Some(program) = inv.and_then(|i| i.argv.first()).filter(|p| p.contains('/')) {
-            keep.push(PathBuf::from(program));
+        // The agent's program and the files its command line names (a
+        // script under /tmp, say).
+        if let Some(inv) = inv {
+            keep.extend(inv.argv.iter().filter(|a| a.starts_with('/')).map(PathBuf::from));
         }
         let keep = keep.into_iter().filter_map(|p| p.canonicalize().ok()).collect();
         let writable = writable.into_iter().map(|p| p.canonicalize().unwrap_or(p)).collect();
@@ -162,7 +164,8 @@ impl Runner {
 const GRACE: Duration = Duration::from_millis(4500);
 
 /// What a command must still see where folders are covered: HOME and the
-/// PATH entries of its environment.
+/// PATH entries of its environment. (A file an acceptance command names
+/// under `/tmp` is not seen: its own `/tmp` is private.)
 fn visible_from_env(env: &[(OsString, OsString)]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for (k, v) in env {

@@ -187,6 +187,46 @@ fn a_full_agent_still_has_its_own_session(env: &[(&str, &str)]) {
 
 in_both_modes!(a_full_agent_still_has_its_own_session: a_full_agent_still_has_its_own_session_with_namespaces, a_full_agent_still_has_its_own_session_in_copy_mode);
 
+/// What a command needs under a folder the sandbox covers stays visible,
+/// read-only: a project under `/tmp` (its workspace), the agent's program
+/// and the script its command line names there, a PATH entry there. The
+/// agent still has its own, empty `/tmp` around them, and may not write
+/// them.
+#[test]
+fn what_a_command_needs_under_tmp_stays_visible() {
+    if !available(&[]) {
+        return;
+    }
+    let p = Test::new().under_tmp().config("trust \"workspace-write\"\ntest #false\n").build();
+    let tmp = p.tmp().canonicalize().unwrap();
+    crate::support::write_executable(&tmp.join("bin/tool"), "#!/bin/sh\necho tool ran\n");
+    crate::support::write(
+        &tmp.join("agent.sh"),
+        "tool; ls /tmp; echo x > \"$0\" || echo script read-only; echo done > src/a.txt\n",
+    );
+    p.file(
+        "cassist.kdl",
+        format!(
+            "trust \"workspace-write\"\ntest #false\nagent \"a\" {{\n    command \"/bin/sh\" {:?}\n}}\n",
+            tmp.join("agent.sh").display().to_string()
+        ),
+    );
+    p.file("tasks/t.kdl", code_task("t", &[]).replace("\"probe\"", "\"a\""));
+    p.file("src/a.txt", "a\n");
+    let unrelated = tempfile::Builder::new().prefix("cassist-test-unrelated-").tempfile_in("/tmp").unwrap();
+    let done = p.run(&[]).path_first(&[&tmp.join("bin")]).exec();
+    assert_eq!(done.task("t")["state"], "passed", "{}", done.transcript());
+    let text = p.record("t", "transcript-1.log");
+    let unrelated = unrelated.path().file_name().unwrap().to_string_lossy().into_owned();
+    assert!(!text.contains(&unrelated), "the machine's /tmp was seen: {text}");
+    assert!(text.contains("tool ran") && text.contains("script read-only"), "{text}");
+    // Its /tmp holds only the mount points of what it keeps.
+    let first = p.path().strip_prefix("/tmp").unwrap().components().next().unwrap();
+    assert!(text.contains(&first.as_os_str().to_string_lossy().into_owned()), "{text}");
+    assert_eq!(p.read("src/a.txt"), "done\n");
+    assert_eq!(std::fs::read_to_string(tmp.join("agent.sh")).unwrap().lines().count(), 1, "the script was written");
+}
+
 // ---------------------------------------------------------------------------
 // No way out of the workspace
 
