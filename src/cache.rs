@@ -236,7 +236,7 @@ pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
                     _ => format!("agent {name} changed"),
                 },
                 "template" => "template changed".to_owned(),
-                "project" => "project commands (setup, test, build) changed".to_owned(),
+                "project" => "project config (setup, test, build commands or limits) changed".to_owned(),
                 "sandbox" => "sandbox changed".to_owned(),
                 _ => format!("{name} changed"),
             }),

@@ -8,8 +8,9 @@
 //!   [`paths`] (globs, the project walker, the one `.git`/`.cassist` rule,
 //!   file stamps), [`fsx`] (atomic writes, the `.cassist/` folder),
 //!   [`event`] (task states, reports, progress events), [`changes`] (change
-//!   sets), [`part`] (a part of a split task), [`template`] (the `{name}`
-//!   placeholder syntax), [`text`], [`exit`] (the exit codes).
+//!   sets), [`limits`] (size limits, sizes read and shown), [`part`] (a part
+//!   of a split task), [`template`] (the `{name}` placeholder syntax),
+//!   [`text`], [`exit`] (the exit codes).
 //! - [`spec`]: task files and `cassist.kdl` read into typed values; imports
 //!   leaves only.
 //! - What planning builds on: [`prompt`] (rendering the prompt),
@@ -58,6 +59,7 @@ pub mod cmd;
 pub mod event;
 pub mod exit;
 pub mod fsx;
+pub mod limits;
 pub mod lock;
 pub mod part;
 pub mod paths;

@@ -19,6 +19,14 @@ defaults {
     // max-cost 2.50        // USD per task, where the agent reports cost
 }
 
+// What a change may hold: a larger file or change is rejected by the
+// review; transcripts keep their first and last halves. The defaults:
+// limits {
+//     file-size "16MiB"
+//     change-size "256MiB"
+//     transcript "64MiB"
+// }
+
 // setup "npm ci"           // run in each fresh workspace before the agent
 // test "cargo test"        // project tests (detected when not set; `test #false` turns them off)
 // build "cargo build"      // must still pass after a change is integrated

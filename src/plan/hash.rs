@@ -50,6 +50,27 @@ pub struct ProjectKey {
     pub setup: Vec<String>,
     pub test: Vec<String>,
     pub build: Vec<String>,
+    /// The limits that decide what the review rejects, when they are not
+    /// the defaults (so that the defaults, written or not, hash as before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsKey>,
+}
+
+/// The part of `limits` that changes review outcomes (the transcript cap
+/// changes only what is recorded).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct LimitsKey {
+    pub file_size: u64,
+    pub change_size: u64,
+}
+
+impl LimitsKey {
+    /// The key of `limits`, `None` for the defaults.
+    pub fn of(limits: &crate::limits::Limits) -> Option<LimitsKey> {
+        let default = crate::limits::Limits::DEFAULT;
+        let key = LimitsKey { file_size: limits.file_size, change_size: limits.change_size };
+        (key != LimitsKey { file_size: default.file_size, change_size: default.change_size }).then_some(key)
+    }
 }
 
 /// One named input and its hash.

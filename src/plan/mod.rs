@@ -537,8 +537,12 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
 
     timing("hash files");
     let template_hash = hash_bytes(template.1.as_bytes());
-    let project_key =
-        ProjectKey { setup: config.setup.clone(), test: project.test_commands(), build: config.build.clone() };
+    let project_key = ProjectKey {
+        setup: config.setup.clone(),
+        test: project.test_commands(),
+        build: config.build.clone(),
+        limits: hash::LimitsKey::of(&config.limits),
+    };
     let project_hash = hash_json(&project_key);
 
     let instruction_inputs: Vec<Input> = instructions

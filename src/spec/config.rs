@@ -13,14 +13,16 @@ use super::diag::{Diagnostics, SourceFile, Spanned, SpecDiagnostic, parse_source
 use super::reader::{DiagExt, Once, Reader, type_name};
 use super::task::{check_path_pattern, read_max_cost, read_positive_int};
 use super::types::SandboxLevel;
+use crate::limits::{Limits, SizeError, UNITS, parse_size, unit_hint};
 
 /// The built-in agents, in the order they are listed (their adapters are
 /// in the agent module).
 pub const BUILTIN_AGENTS: &[&str] = &["claude", "codex", "droid", "gemini"];
 
 pub const CONFIG_NODES: &[&str] =
-    &["trust", "defaults", "setup", "test", "build", "prompt-template", "instructions", "agent"];
+    &["trust", "defaults", "limits", "setup", "test", "build", "prompt-template", "instructions", "agent"];
 const DEFAULTS_NODES: &[&str] = &["agent", "timeout", "max-iterations", "max-cost"];
+const LIMITS_NODES: &[&str] = &["file-size", "change-size", "transcript"];
 const AGENT_NODES: &[&str] = &["command", "pass-env", "try"];
 /// Placeholders a custom agent's command may use.
 pub const COMMAND_PLACEHOLDERS: &[&str] = &["prompt", "prompt_file", "workdir", "task"];
@@ -76,6 +78,8 @@ pub struct ProjectConfig {
     pub source: Option<Arc<SourceFile>>,
     pub trust: Option<Trust>,
     pub defaults: Defaults,
+    /// `limits { … }`, defaults filled in.
+    pub limits: Limits,
     pub setup: Vec<String>,
     pub test: TestSetting,
     pub build: Vec<String>,
@@ -137,7 +141,8 @@ fn read_config(r: &mut Reader<'_>, doc: &KdlDocument, config: &mut ProjectConfig
     let mut test_nodes: Vec<&KdlNode> = Vec::new();
     for node in doc.nodes() {
         let name = Reader::name(node);
-        if matches!(name, "trust" | "defaults" | "prompt-template" | "instructions") && !once.first(r, node) {
+        if matches!(name, "trust" | "defaults" | "limits" | "prompt-template" | "instructions") && !once.first(r, node)
+        {
             continue;
         }
         match name {
@@ -158,6 +163,7 @@ fn read_config(r: &mut Reader<'_>, doc: &KdlDocument, config: &mut ProjectConfig
                 }
             }
             "defaults" => read_defaults(r, node, &mut config.defaults),
+            "limits" => read_limits(r, node, &mut config.limits),
             "setup" => config.setup.extend(commands(r, node, "setup \"npm ci\"")),
             "build" => config.build.extend(commands(r, node, "build \"cargo build\"")),
             "test" => test_nodes.push(node),
@@ -290,6 +296,78 @@ fn read_defaults(r: &mut Reader<'_>, node: &KdlNode, d: &mut Defaults) {
             "max-iterations" => d.max_iterations = read_positive_int(r, child, "max-iterations 3"),
             "max-cost" => d.max_cost = read_max_cost(r, child),
             _ => r.unknown_node(child, "in `defaults`", DEFAULTS_NODES),
+        }
+    }
+}
+
+fn read_limits(r: &mut Reader<'_>, node: &KdlNode, limits: &mut Limits) {
+    let mut once = Once::default();
+    for child in r.block(node, "limits { file-size \"16MiB\" }") {
+        let name = Reader::name(child);
+        if LIMITS_NODES.contains(&name) && !once.first(r, child) {
+            continue;
+        }
+        let field = match name {
+            "file-size" => &mut limits.file_size,
+            "change-size" => &mut limits.change_size,
+            "transcript" => &mut limits.transcript,
+            _ => {
+                r.unknown_node(child, "in `limits`", LIMITS_NODES);
+                continue;
+            }
+        };
+        let example = format!("{name} \"16MiB\"");
+        let Some(entry) = r.single(child, &example) else { continue };
+        if let Some(size) = read_size(r, name, entry) {
+            *field = size;
+        }
+    }
+}
+
+/// A size value (`"16MiB"`, `"500KB"`), or a diagnostic pointing at it.
+fn read_size(r: &mut Reader<'_>, node_name: &str, entry: &kdl::KdlEntry) -> Option<u64> {
+    const HELP: &str = "write a size like \"16MiB\" or \"500KB\" (units: B, KiB, MiB, GiB, KB, MB, GB)";
+    let text = match entry.value() {
+        KdlValue::String(s) => s,
+        KdlValue::Integer(n) => {
+            r.error(
+                "bad-size",
+                format!("`{node_name}` expects a size string, found the number {n}"),
+                entry.span(),
+                "missing unit",
+            )
+            .set_help(format!("write the unit: \"{n}MiB\" or \"{n}KiB\""));
+            return None;
+        }
+        other => {
+            r.error(
+                "bad-size",
+                format!("`{node_name}` expects a size string, found {}", type_name(other)),
+                entry.span(),
+                "not a size",
+            )
+            .set_help(HELP);
+            return None;
+        }
+    };
+    match parse_size(text) {
+        Ok(size) => Some(size),
+        Err(e) => {
+            let help = match &e {
+                SizeError::UnknownUnit(unit) => {
+                    let units: Vec<&str> = UNITS.iter().map(|(u, _)| *u).collect();
+                    unit_hint(unit).unwrap_or_else(|| suggestion(unit, &units))
+                }
+                _ => HELP.to_owned(),
+            };
+            let label = match e {
+                SizeError::UnknownUnit(_) => "unknown unit",
+                SizeError::Zero => "must be larger than zero",
+                _ => "not a size",
+            };
+            r.error("bad-size", format!("invalid size `{text}` for `{node_name}`: {e}"), entry.span(), label)
+                .set_help(help);
+            None
         }
     }
 }

@@ -656,6 +656,28 @@ fn a_changed_project_test_command() {
     assert_changed(&before, &hashes(&p), &["alpha", "base", "other"]);
 }
 
+/// The limits that decide what the review rejects change every task's
+/// hash; the defaults, written out or not, and the transcript cap (which
+/// changes only what is recorded) do not.
+#[test]
+fn changed_limits() {
+    let p = project();
+    let before = hashes(&p);
+    let config = std::fs::read_to_string(p.path().join("cassist.kdl")).unwrap();
+    let with = |limits: &str| p.file("cassist.kdl", format!("{config}\nlimits {{\n{limits}\n}}\n"));
+    with("    file-size \"16MiB\"\n    change-size \"256MiB\"\n    transcript \"64MiB\"");
+    assert_eq!(hashes(&p), before, "the defaults written out");
+    with("    transcript \"1MiB\"");
+    assert_eq!(hashes(&p), before, "the transcript cap");
+    with("    file-size \"1MiB\"");
+    let smaller_files = hashes(&p);
+    assert_changed(&before, &smaller_files, &["alpha", "base", "other"]);
+    with("    change-size \"1GiB\"");
+    let larger_changes = hashes(&p);
+    assert_changed(&before, &larger_changes, &["alpha", "base", "other"]);
+    assert_changed(&smaller_files, &larger_changes, &["alpha", "base", "other"]);
+}
+
 #[test]
 fn spec_fields_each_change_the_hash() {
     // Every field of the normalized spec is part of the key.
