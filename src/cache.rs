@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::changes::{ChangeKind, ChangeSet};
+use crate::changes::{Change, ChangeKind, ChangeSet};
 use crate::lock::{Lock, LockEntry};
 use crate::plan::{Plan, PlannedTask, State};
 use crate::runner::TaskResult;
@@ -16,6 +16,9 @@ use crate::store::{ENTRY_FORMAT, Entry, Store, StoredChange};
 pub fn store_changes(store: &Store, changes: &ChangeSet) -> std::io::Result<(Vec<StoredChange>, String)> {
     let mut out = Vec::new();
     for c in &changes.changes {
+        if let Some(why) = crate::workspace::never_written(c) {
+            return Err(std::io::Error::other(format!("{} is never stored: {why}", c.path)));
+        }
         let old = c.old.as_deref().map(|b| store.put_object(b)).transpose()?;
         let new = c.new.as_deref().map(|b| store.put_object(b)).transpose()?;
         out.push(StoredChange { path: c.path.clone(), kind: c.kind.clone(), old, new, mode: c.mode });
@@ -107,6 +110,20 @@ pub fn apply_changes(spec: &Path) -> Result<(), String> {
     // The store lives under the project: `.cassist/store` → its root.
     let root = Path::new(store_dir).parent().and_then(Path::parent).ok_or("bad store path")?;
     let store = Store::open(root);
+    // What is never written, whatever an entry says (it may come from a
+    // remote store): checked before anything is.
+    for c in &changes {
+        let symlink = c.mode & crate::changes::S_IFMT == crate::changes::S_IFLNK;
+        let new = match &c.new {
+            Some(h) if symlink => Some(store.get_object(h).map_err(|e| e.to_string())?),
+            Some(_) => Some(Vec::new()),
+            None => None,
+        };
+        let check = Change { path: c.path.clone(), kind: c.kind.clone(), old: None, new, mode: c.mode, hazard: None };
+        if let Some(why) = crate::workspace::never_written(&check) {
+            return Err(format!("refused to write {}: {why}", c.path));
+        }
+    }
     for c in &changes {
         if let ChangeKind::Renamed { from } = &c.kind {
             let _ = std::fs::remove_file(from);
@@ -146,7 +163,7 @@ pub fn apply_changes(spec: &Path) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
         } else {
             std::fs::write(&c.path, &bytes).map_err(|e| format!("cannot write {}: {e}", c.path))?;
-            std::fs::set_permissions(&c.path, std::fs::Permissions::from_mode(c.mode & 0o7777))
+            std::fs::set_permissions(&c.path, std::fs::Permissions::from_mode(c.mode & 0o777))
                 .map_err(|e| e.to_string())?;
         }
     }

@@ -19,7 +19,8 @@
 //! - [`plan`]: context files resolved, the DAG ordered, inputs hashed. It
 //!   starts no process: agent versions are handed in by the command layer.
 //! - Running tasks: [`process`] (the spawner), [`sandbox`] (the namespace
-//!   wrapper), [`workspace`], [`agent`], [`review`], [`accept`], [`split`],
+//!   wrapper), [`entry`] (one entry of a workspace read safely),
+//!   [`workspace`], [`agent`], [`review`], [`accept`], [`split`],
 //!   [`runner`] (one task), [`cache`] (recording and replaying results),
 //!   [`scheduler`] (the batch).
 //! - The edge: [`cli`] (arguments), [`report`] (every output), [`cmd`] (one
@@ -56,6 +57,7 @@ pub mod cache;
 pub mod changes;
 pub mod cli;
 pub mod cmd;
+pub mod entry;
 pub mod event;
 pub mod exit;
 pub mod fsx;

@@ -41,8 +41,9 @@ const RESERVED: [&str; 2] = [".git", ".cassist"];
 
 /// The one rule for git's and cassist's own state: a folder named `.git`
 /// or `.cassist` (at any depth: a submodule's too) is not part of the
-/// project. The walker does not enter it; nothing below it is a change or
-/// in a task's scope (see [`is_reserved`]).
+/// project. The project walker does not enter it and nothing below it is
+/// in a task's scope; a change below it is rejected by the review as a
+/// change to cassist's own files (see [`is_reserved`]).
 pub fn is_reserved_name(name: &OsStr) -> bool {
     RESERVED.iter().any(|r| name == *r)
 }
@@ -58,6 +59,17 @@ pub fn is_reserved(rel: &str) -> bool {
 /// `start` too), hidden files included, `.git/` and `.cassist/` folders
 /// left out, symlinks not followed.
 pub fn project_walker(start: &Path, parents: bool) -> impl Iterator<Item = ignore::DirEntry> {
+    walker(start, parents, true)
+}
+
+/// What a workspace holds, to be judged rather than hashed: the
+/// [`project_walker`] of `start` that enters `.git/` and `.cassist/`
+/// folders too.
+pub fn workspace_walker(start: &Path) -> impl Iterator<Item = ignore::DirEntry> {
+    walker(start, false, false)
+}
+
+fn walker(start: &Path, parents: bool, skip_reserved: bool) -> impl Iterator<Item = ignore::DirEntry> {
     ignore::WalkBuilder::new(start)
         .hidden(false)
         .parents(parents)
@@ -67,7 +79,9 @@ pub fn project_walker(start: &Path, parents: bool) -> impl Iterator<Item = ignor
         .require_git(false)
         .ignore(false)
         .follow_links(false)
-        .filter_entry(|e| !(e.file_type().is_some_and(|t| t.is_dir()) && is_reserved_name(e.file_name())))
+        .filter_entry(move |e| {
+            !(skip_reserved && e.file_type().is_some_and(|t| t.is_dir()) && is_reserved_name(e.file_name()))
+        })
         .build()
         .flatten()
 }

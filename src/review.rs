@@ -1,10 +1,13 @@
 //! Review of a change set before acceptance (SPEC 3.5): what an agent
-//! changed is checked against the task's scope, its read-only kind or
-//! sandbox, new dependencies in manifests, secrets in added lines, and
-//! whether tests were touched. Pure logic: the change set comes in, the
-//! findings go out, each with a message an agent can act on.
+//! changed is checked for what must never land (cassist's own files,
+//! special files and mode bits, symlinks leaving the project, names that
+//! are not UTF-8, files and changes over the limits), against the task's
+//! scope, its read-only kind or sandbox, new dependencies in manifests,
+//! secrets in added lines, and whether tests were touched. Pure logic: the
+//! change set comes in, the findings go out, each with a message an agent
+//! can act on.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -12,8 +15,9 @@ use globset::{GlobSet, GlobSetBuilder};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use crate::changes::{Change, ChangeKind, ChangeSet};
-use crate::paths::{build_glob, is_literal, is_reserved, normalize};
+use crate::changes::{Change, ChangeKind, ChangeSet, Hazard};
+use crate::limits::{Limits, format_size};
+use crate::paths::{build_glob, is_literal, is_reserved, is_reserved_name, normalize};
 use crate::spec::{Kind, SandboxLevel};
 
 /// How serious a finding is: a rejection sends the change back to the
@@ -29,6 +33,18 @@ pub enum Severity {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Rule {
+    /// cassist's own files, `.git/` and `.cassist/`.
+    OwnFiles,
+    /// A name that is not valid UTF-8.
+    PathName,
+    /// A fifo, socket or device file.
+    SpecialFile,
+    /// setuid, setgid or sticky bits.
+    SpecialBits,
+    /// A symlink leading out of the project.
+    Symlink,
+    /// A file or change over `limits`.
+    Limits,
     Scope,
     ReadOnly,
     Dependency,
@@ -39,12 +55,24 @@ pub enum Rule {
 impl Rule {
     pub fn as_str(self) -> &'static str {
         match self {
+            Rule::OwnFiles => "own-files",
+            Rule::PathName => "path-name",
+            Rule::SpecialFile => "special-file",
+            Rule::SpecialBits => "special-bits",
+            Rule::Symlink => "symlink",
+            Rule::Limits => "limits",
             Rule::Scope => "scope",
             Rule::ReadOnly => "read-only",
             Rule::Dependency => "dependency",
             Rule::Secret => "secret",
             Rule::Tests => "tests",
         }
+    }
+
+    /// Whether a rejection by this rule is a security issue (SPEC 3.5):
+    /// reported as such, and its message never holds a secret.
+    pub fn is_security(self) -> bool {
+        !matches!(self, Rule::Scope | Rule::ReadOnly | Rule::Dependency | Rule::Tests)
     }
 }
 
@@ -65,10 +93,46 @@ pub struct ReviewInput<'a> {
     pub kind: Kind,
     pub constraints: &'a [String],
     pub project_has_tests: bool,
+    /// cassist's own files in this run.
+    pub own_files: &'a OwnFiles,
+    pub limits: Limits,
 }
 
-/// The findings of one review, in rule order (read-only or scope, then
-/// dependencies, secrets, tests), paths sorted within a rule.
+/// cassist's own files (SPEC 3.5), which a change may touch only when the
+/// task's scope names the file literally: `cassist.kdl`, `cassist.lock`,
+/// `.agents/config.toml`, the prompt template and instructions file, the
+/// run's task files, and any other `.kdl` file (a task file of a later
+/// run). Below `.git/` and `.cassist/` nothing may change at all.
+#[derive(Debug, Clone, Default)]
+pub struct OwnFiles {
+    /// The run's task files, relative to the root.
+    pub task_files: Vec<String>,
+    pub template: Option<String>,
+    pub instructions: Option<String>,
+}
+
+impl OwnFiles {
+    /// What `path` is to cassist, when it is one of its own files (not
+    /// counting `.git/` and `.cassist/`).
+    pub fn what(&self, path: &str) -> Option<&'static str> {
+        let is = |p: &Option<String>| p.as_deref().is_some_and(|p| normalize(p) == path);
+        Some(match path {
+            "cassist.kdl" => "the project config",
+            "cassist.lock" => "the lock file",
+            ".agents/config.toml" => "the trust setting",
+            _ if is(&self.template) => "the prompt template",
+            _ if is(&self.instructions) => "the agents' standing instructions",
+            _ if self.task_files.iter().any(|t| normalize(t) == path) => "a task file of this run",
+            _ if path.ends_with(".kdl") => "a KDL file, which cassist reads as task file when given its folder",
+            _ => return None,
+        })
+    }
+}
+
+/// The findings of one review, in rule order (what must never land:
+/// own files, names, special files and bits, symlinks, limits; then
+/// read-only or scope, dependencies, secrets, tests), paths sorted within
+/// a rule.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Review {
     pub findings: Vec<Finding>,
@@ -83,9 +147,15 @@ impl Review {
         self.findings.iter().any(|f| f.severity == Severity::Reject)
     }
 
-    /// Whether a secret was found: a security issue, reported as such.
+    /// Whether a rejection is a security issue (a secret, cassist's own
+    /// files, what must never land), reported as such.
     pub fn security_issue(&self) -> bool {
-        self.findings.iter().any(|f| f.rule == Rule::Secret)
+        self.first_security_issue().is_some()
+    }
+
+    /// The first rejection that is a security issue.
+    pub fn first_security_issue(&self) -> Option<&Finding> {
+        self.findings.iter().find(|f| f.severity == Severity::Reject && f.rule.is_security())
     }
 
     /// A one-line reason for a rejected review (the first rejection, and
@@ -123,7 +193,18 @@ impl Review {
 
 /// Reviews `changes` against the task described by `input`.
 pub fn review(changes: &ChangeSet, input: &ReviewInput) -> Review {
-    let mut findings = Vec::new();
+    let mut findings = check_never_lands(changes, input);
+    // A path already rejected as cassist's own is not also out of scope.
+    let own: BTreeSet<&str> =
+        findings.iter().filter(|f| f.rule == Rule::OwnFiles).filter_map(|f| f.path.as_deref()).collect();
+    let changes = &ChangeSet {
+        changes: changes
+            .changes
+            .iter()
+            .filter(|c| !touched_paths(c).any(|p| own.contains(p) || own.iter().any(|o| reserved_root(p) == Some(*o))))
+            .cloned()
+            .collect(),
+    };
     let read_only =
         input.sandbox == SandboxLevel::ReadOnly || matches!(input.kind, Kind::Explore | Kind::Review | Kind::Test);
     if read_only {
@@ -161,6 +242,164 @@ pub fn review(changes: &ChangeSet, input: &ReviewInput) -> Review {
         });
     }
     Review { findings }
+}
+
+// ------------------------------------------------------- never lands
+
+/// The paths a change touches: its own, and where a rename came from.
+fn touched_paths(c: &Change) -> impl Iterator<Item = &str> {
+    let from = match &c.kind {
+        ChangeKind::Renamed { from } => Some(from.as_str()),
+        _ => None,
+    };
+    std::iter::once(c.path.as_str()).chain(from)
+}
+
+/// `a/.git/` for `a/.git/hooks/x`: the first `.git` or `.cassist` folder
+/// on the way, with its slash.
+fn reserved_root(path: &str) -> Option<&str> {
+    let mut end = 0;
+    for part in path.split('/') {
+        end += part.len();
+        if is_reserved_name(std::ffi::OsStr::new(part)) {
+            return Some(&path[..(end + 1).min(path.len())]);
+        }
+        end += 1;
+    }
+    None
+}
+
+/// What must never land, whatever the task's scope and level (SPEC 3.5):
+/// changes to cassist's own files (unless the scope names the file),
+/// below `.git/` and `.cassist/`, names that are not UTF-8, special files
+/// and mode bits, symlinks leaving the project, files and changes over
+/// the limits.
+fn check_never_lands(changes: &ChangeSet, input: &ReviewInput) -> Vec<Finding> {
+    let reject = |rule, path: &str, message: String| Finding {
+        rule,
+        severity: Severity::Reject,
+        path: Some(path.to_owned()),
+        message,
+    };
+    let scope = Scope::new(input.scope);
+    let mut own = Vec::new();
+    let mut reserved: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut entries = Vec::new();
+    let mut total: u64 = 0;
+    for c in &changes.changes {
+        for path in touched_paths(c) {
+            if let Some(root) = reserved_root(path) {
+                reserved.entry(root).or_default().push(path);
+            } else if let Some(what) = input.own_files.what(path)
+                && !scope.names_literally(path)
+            {
+                own.push(reject(
+                    Rule::OwnFiles,
+                    path,
+                    format!(
+                        "{} {path}, {what}: one of cassist's own files, which a task may change only when its scope names the file; restore it",
+                        verb(&c.kind)
+                    ),
+                ));
+            }
+        }
+        if let Some(Hazard::NonUtf8Name(_)) = &c.hazard {
+            entries.push(reject(
+                Rule::PathName,
+                &c.path,
+                format!(
+                    "the name {} is not valid UTF-8 (shown with its bytes escaped); cassist never renames a file: give it a UTF-8 name",
+                    c.path
+                ),
+            ));
+            continue;
+        }
+        if !c.writes() {
+            continue;
+        }
+        if let Some(Hazard::Special(s)) = &c.hazard {
+            entries.push(reject(
+                Rule::SpecialFile,
+                &c.path,
+                format!("{} is {}: a change holds files, folders and symlinks only; remove it", c.path, s.describe()),
+            ));
+        }
+        let bits = c.special_bits();
+        if bits != 0 {
+            let names: Vec<&str> = [(0o4000, "setuid"), (0o2000, "setgid"), (0o1000, "sticky")]
+                .iter()
+                .filter(|(b, _)| bits & b != 0)
+                .map(|(_, n)| *n)
+                .collect();
+            entries.push(reject(
+                Rule::SpecialBits,
+                &c.path,
+                format!(
+                    "{} has the {} bit{} (mode {:o}): remove {} (`chmod ug-s,-t {}`)",
+                    c.path,
+                    names.join(" and "),
+                    if names.len() == 1 { "" } else { "s" },
+                    c.mode & 0o7777,
+                    if names.len() == 1 { "it" } else { "them" },
+                    c.path
+                ),
+            ));
+        }
+        if let Some(target) = c.symlink_leaving() {
+            entries.push(reject(
+                Rule::Symlink,
+                &c.path,
+                format!(
+                    "{} is a symlink to {target}, which leads outside the project; remove it, or point it with a relative path at a file inside the project",
+                    c.path
+                ),
+            ));
+        }
+        let size = c.new_size();
+        if size > input.limits.file_size {
+            entries.push(reject(
+                Rule::Limits,
+                &c.path,
+                format!(
+                    "{} is {}, over the file-size limit of {}; remove it or make it smaller",
+                    c.path,
+                    format_size(size),
+                    format_size(input.limits.file_size)
+                ),
+            ));
+        } else {
+            total = total.saturating_add(size);
+        }
+    }
+    let mut out = own;
+    for (root, paths) in reserved {
+        let n = paths.len();
+        let shown: Vec<&str> = paths.iter().take(3).copied().collect();
+        out.push(reject(
+            Rule::OwnFiles,
+            root,
+            format!(
+                "changed {n} file{} under {root} ({}{}): git's and cassist's own folders are never part of a change; remove them, and do not run `git init`, `git add` or `git commit`",
+                if n == 1 { "" } else { "s" },
+                shown.join(", "),
+                if n > shown.len() { ", …" } else { "" }
+            ),
+        ));
+    }
+    out.extend(entries);
+    if total > input.limits.change_size {
+        out.push(Finding {
+            rule: Rule::Limits,
+            severity: Severity::Reject,
+            path: None,
+            message: format!(
+                "the change is {}, over the change-size limit of {}; make a smaller change",
+                format_size(total),
+                format_size(input.limits.change_size)
+            ),
+        });
+    }
+    out
 }
 
 fn verb(kind: &ChangeKind) -> &'static str {
@@ -217,6 +456,12 @@ impl Scope {
     /// The literal paths of the scope (files or folders).
     pub fn literals(&self) -> &[String] {
         &self.literals
+    }
+
+    /// Whether the scope names `path` itself literally (not a folder
+    /// above it, not a glob).
+    pub fn names_literally(&self, path: &str) -> bool {
+        self.literals.iter().any(|l| l == path)
     }
 
     /// Whether `path` is in the scope; `.git/` and `.cassist/` never are,
@@ -828,6 +1073,7 @@ fn touches_tests(changes: &ChangeSet) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::changes::{S_IFLNK, S_IFREG};
 
     fn change(path: &str, kind: ChangeKind, old: Option<&str>, new: Option<&str>) -> Change {
         Change {
@@ -835,7 +1081,8 @@ mod tests {
             kind,
             old: old.map(|s| s.as_bytes().to_vec()),
             new: new.map(|s| s.as_bytes().to_vec()),
-            mode: 0o644,
+            mode: S_IFREG | 0o644,
+            hazard: None,
         }
     }
     fn added(path: &str, new: &str) -> Change {
@@ -863,7 +1110,16 @@ mod tests {
     ) -> Review {
         let scope = strings(scope);
         let constraints = strings(constraints);
-        let input = ReviewInput { scope: &scope, sandbox, kind, constraints: &constraints, project_has_tests };
+        let own_files = OwnFiles::default();
+        let input = ReviewInput {
+            scope: &scope,
+            sandbox,
+            kind,
+            constraints: &constraints,
+            project_has_tests,
+            own_files: &own_files,
+            limits: Limits::DEFAULT,
+        };
         review(&set(changes), &input)
     }
     fn rules(r: &Review) -> Vec<Rule> {
@@ -923,15 +1179,36 @@ mod tests {
             &[],
             &[],
         );
+        // Rejected as cassist's own files, one finding per folder.
         let paths: Vec<_> = r.findings.iter().map(|f| f.path.clone().unwrap()).collect();
-        assert_eq!(paths, [".cassist/state.json", ".git/config"]);
-        assert!(r.findings[1].message.contains("never in scope"));
+        assert_eq!(paths, [".cassist/", ".git/"]);
+        assert_eq!(rules(&r), [Rule::OwnFiles, Rule::OwnFiles]);
+        assert!(
+            r.findings[1].message.contains("changed 1 file under .git/ (.git/config)"),
+            "{}",
+            r.findings[1].message
+        );
+        assert!(r.findings[1].message.contains("never part of a change"));
+        assert!(r.security_issue());
     }
 
     #[test]
-    fn git_is_out_of_scope_even_under_a_catch_all_glob() {
-        let r = run(vec![added(".git/hooks/pre-commit", "#!/bin/sh\n")], &["**"], &[]);
-        assert_eq!(rules(&r), [Rule::Scope]);
+    fn git_is_rejected_even_under_a_catch_all_glob_or_named_literally() {
+        for scope in ["**", ".git/hooks/pre-commit", ".git"] {
+            let r = run(vec![added(".git/hooks/pre-commit", "#!/bin/sh\n")], &[scope], &[]);
+            assert_eq!(rules(&r), [Rule::OwnFiles], "{scope}");
+        }
+        // A submodule's repository too, and many files make one finding.
+        let many: Vec<Change> = (0..5).map(|i| added(&format!("vendor/lib/.git/objects/{i}"), "x")).collect();
+        let r = run(many, &[], &[]);
+        assert_eq!(r.findings.len(), 1);
+        assert_eq!(r.findings[0].path.as_deref(), Some("vendor/lib/.git/"));
+        assert!(
+            r.findings[0].message.contains("changed 5 files under vendor/lib/.git/ ("),
+            "{}",
+            r.findings[0].message
+        );
+        assert!(r.findings[0].message.contains(", …)"));
     }
 
     #[test]
@@ -1400,5 +1677,190 @@ httpx = "^0.27"
         let f = Finding { rule: Rule::ReadOnly, severity: Severity::Warning, path: None, message: "m".into() };
         let json = serde_json::to_string(&f).unwrap();
         assert_eq!(json, r#"{"rule":"read-only","severity":"warning","path":null,"message":"m"}"#);
+        for rule in [
+            Rule::OwnFiles,
+            Rule::PathName,
+            Rule::SpecialFile,
+            Rule::SpecialBits,
+            Rule::Symlink,
+            Rule::Limits,
+            Rule::Scope,
+            Rule::ReadOnly,
+            Rule::Dependency,
+            Rule::Secret,
+            Rule::Tests,
+        ] {
+            assert_eq!(serde_json::to_string(&rule).unwrap(), format!("\"{}\"", rule.as_str()));
+        }
+    }
+
+    // ------------------------------------------------- what never lands
+
+    fn own() -> OwnFiles {
+        OwnFiles {
+            task_files: vec!["tasks/t.kdl".into(), "jobs/run.task".into()],
+            template: Some("prompts/task.md".into()),
+            instructions: Some("./docs/agents.md".into()),
+        }
+    }
+
+    fn run_input(changes: Vec<Change>, scope: &[&str], own_files: &OwnFiles, limits: Limits) -> Review {
+        let scope = strings(scope);
+        let input = ReviewInput {
+            scope: &scope,
+            sandbox: SandboxLevel::WorkspaceWrite,
+            kind: Kind::Code,
+            constraints: &[],
+            project_has_tests: false,
+            own_files,
+            limits,
+        };
+        review(&set(changes), &input)
+    }
+
+    #[test]
+    fn cassist_own_files_are_rejected_unless_named_literally() {
+        let own = own();
+        for path in [
+            "cassist.kdl",
+            "cassist.lock",
+            ".agents/config.toml",
+            "prompts/task.md",
+            "docs/agents.md",
+            "tasks/t.kdl",
+            "jobs/run.task",
+            "tasks/new-evil.kdl",
+            "deep/er/other.kdl",
+        ] {
+            let r = run_input(vec![modified(path, "a", "b")], &[], &own, Limits::DEFAULT);
+            assert_eq!(rules(&r), [Rule::OwnFiles], "{path}");
+            assert!(r.security_issue(), "{path}");
+            let m = &r.findings[0].message;
+            assert!(m.contains(&format!("changed {path}, ")) && m.contains("one of cassist's own files"), "{m}");
+            assert!(m.contains("only when its scope names the file; restore it"), "{m}");
+            // Named literally in the scope, the change is the task's.
+            let r = run_input(vec![modified(path, "a", "b")], &[path], &own, Limits::DEFAULT);
+            assert!(r.findings.is_empty(), "{path}: {:?}", r.findings);
+            // A folder or a glob naming it is not enough.
+            let folder = path.rsplit_once('/').map_or("**", |(d, _)| d);
+            let r = run_input(vec![modified(path, "a", "b")], &[folder, "**/*.kdl"], &own, Limits::DEFAULT);
+            assert_eq!(rules(&r), [Rule::OwnFiles], "{path} under {folder}");
+        }
+        // What each is, said; a narrow scope adds no second finding.
+        let r = run_input(vec![added("cassist.kdl", "trust \"full\"\n")], &["src/**"], &own, Limits::DEFAULT);
+        assert_eq!(rules(&r), [Rule::OwnFiles]);
+        assert!(r.findings[0].message.contains("created cassist.kdl, the project config"));
+        // Deleting or moving one away counts too.
+        let r =
+            run_input(vec![change("cassist.lock", ChangeKind::Deleted, Some("x"), None)], &[], &own, Limits::DEFAULT);
+        assert_eq!(rules(&r), [Rule::OwnFiles]);
+        let moved = change("x.txt", ChangeKind::Renamed { from: "tasks/t.kdl".into() }, Some("t"), Some("t"));
+        let r = run_input(vec![moved], &[], &own, Limits::DEFAULT);
+        assert_eq!(r.findings[0].path.as_deref(), Some("tasks/t.kdl"));
+        // Other files are not cassist's.
+        for path in ["src/cassist.kdl.md", "README.md", "docs/other.md", "prompts/other.md"] {
+            let r = run_input(vec![modified(path, "a", "b")], &[], &own, Limits::DEFAULT);
+            assert!(r.findings.is_empty(), "{path}: {:?}", r.findings);
+        }
+    }
+
+    fn with_mode(mut c: Change, mode: u32) -> Change {
+        c.mode = mode;
+        c
+    }
+
+    #[test]
+    fn special_files_bits_links_and_names_are_rejected_as_security_issues() {
+        let fifo =
+            Change { new: None, hazard: Some(Hazard::Special(crate::changes::Special::Fifo)), ..added("run/ctl", "") };
+        let socket =
+            Change { new: None, hazard: Some(Hazard::Special(crate::changes::Special::Socket)), ..added("s", "") };
+        let r = run(vec![fifo, socket], &[], &[]);
+        assert_eq!(rules(&r), [Rule::SpecialFile, Rule::SpecialFile]);
+        assert!(
+            r.findings[0]
+                .message
+                .starts_with("run/ctl is a fifo: a change holds files, folders and symlinks only; remove it")
+        );
+        assert!(r.findings[1].message.contains("is a socket"));
+        assert!(r.security_issue());
+
+        let r = run(vec![with_mode(added("bin/sh", "#!"), S_IFREG | 0o4755)], &[], &[]);
+        assert_eq!(rules(&r), [Rule::SpecialBits]);
+        assert_eq!(r.findings[0].message, "bin/sh has the setuid bit (mode 4755): remove it (`chmod ug-s,-t bin/sh`)");
+        let r = run(vec![with_mode(added("d/x", ""), S_IFREG | 0o3775)], &[], &[]);
+        assert!(r.findings[0].message.contains("has the setgid and sticky bits (mode 3775): remove them"));
+        // A file deleted with its bits is fine.
+        let gone = with_mode(change("bin/old", ChangeKind::Deleted, Some("x"), None), S_IFREG | 0o4755);
+        assert!(run(vec![gone], &[], &[]).findings.is_empty());
+
+        let link = |path: &str, target: &str| with_mode(added(path, target), S_IFLNK | 0o777);
+        let r = run(
+            vec![link("passwd", "/etc/passwd"), link("a/b/up", "../../../x"), link("a/ok", "../src/x.py")],
+            &[],
+            &[],
+        );
+        assert_eq!(rules(&r), [Rule::Symlink, Rule::Symlink]);
+        assert_eq!(
+            r.findings[0].message,
+            "passwd is a symlink to /etc/passwd, which leads outside the project; remove it, or point it with a relative path at a file inside the project"
+        );
+        assert_eq!(r.findings[1].path.as_deref(), Some("a/b/up"));
+
+        let bad = Change {
+            new: None,
+            hazard: Some(Hazard::NonUtf8Name(b"src/bad\xff.py".to_vec())),
+            ..added("src/bad\\xff.py", "")
+        };
+        let r = run(vec![bad], &["src/**"], &[]);
+        assert_eq!(rules(&r), [Rule::PathName]);
+        assert!(
+            r.findings[0]
+                .message
+                .starts_with("the name src/bad\\xff.py is not valid UTF-8 (shown with its bytes escaped)")
+        );
+        assert!(r.security_issue());
+    }
+
+    #[test]
+    fn files_and_changes_over_the_limits_are_rejected_with_their_sizes() {
+        let big = Change { new: None, hazard: Some(Hazard::Unread { size: 2 << 30 }), ..added("src/big.bin", "") };
+        let r = run(vec![big], &[], &[]);
+        assert_eq!(rules(&r), [Rule::Limits]);
+        assert_eq!(
+            r.findings[0].message,
+            "src/big.bin is 2 GiB, over the file-size limit of 16 MiB; remove it or make it smaller"
+        );
+        assert!(r.security_issue());
+
+        let small = Limits { file_size: 10, change_size: 25, transcript: 1 << 20 };
+        let files = vec![
+            added("a", "0123456789"),
+            added("b", "0123456789"),
+            Change { new: None, hazard: Some(Hazard::Unread { size: 9 }), ..added("c", "") },
+            added("d", "0123456789x"),
+            change("e", ChangeKind::Deleted, Some(&"x".repeat(100)), None),
+        ];
+        let r = run_input(files, &[], &OwnFiles::default(), small);
+        // d is over file-size on its own; a, b and c make 29 bytes.
+        assert_eq!(rules(&r), [Rule::Limits, Rule::Limits]);
+        assert_eq!(r.findings[0].path.as_deref(), Some("d"));
+        assert_eq!(
+            r.findings[0].message,
+            "d is 11 bytes, over the file-size limit of 10 bytes; remove it or make it smaller"
+        );
+        assert_eq!(r.findings[1].path, None);
+        assert_eq!(
+            r.findings[1].message,
+            "the change is 29 bytes, over the change-size limit of 25 bytes; make a smaller change"
+        );
+    }
+
+    #[test]
+    fn the_first_security_issue_is_the_reason() {
+        let r = run(vec![added("notes/x.txt", "x"), added("cassist.kdl", "trust \"full\"")], &["src/**"], &[]);
+        assert_eq!(rules(&r), [Rule::OwnFiles, Rule::Scope]);
+        assert_eq!(r.first_security_issue().map(|f| f.rule), Some(Rule::OwnFiles));
+        assert!(!run(vec![added("notes/x.txt", "x")], &["src/**"], &[]).security_issue());
     }
 }

@@ -35,7 +35,9 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::changes::{Change, ChangeKind, ChangeSet};
-use crate::paths::{Stamp, is_reserved, project_files};
+use crate::entry::{self, Kind, Reader, raw_path};
+use crate::limits::Limits;
+use crate::paths::{Stamp, is_reserved, project_files, workspace_walker};
 use crate::process;
 use crate::sandbox::{ExecSpec, Jail};
 
@@ -185,13 +187,15 @@ pub struct Workspace {
     base: PathBuf,
     /// The project's files as they were when the workspace was made.
     manifest: Manifest,
-    /// Copy mode: blake3 of each copied file.
-    copied: HashMap<String, [u8; 32]>,
+    /// Copy mode: each file as copied (after setup: as setup left it).
+    copied: HashMap<String, Copied>,
     /// Paths cassist itself placed (instructions files): never part of the
     /// change set.
     placed: Vec<String>,
     /// A scratch layer (copy mode: a throw-away copy) is in use.
     scratch: bool,
+    /// What reading the change set may cost (SPEC 2 `limits`).
+    pub limits: Limits,
     keep: bool,
 }
 
@@ -221,6 +225,7 @@ impl Workspace {
             copied: HashMap::new(),
             placed: Vec::new(),
             scratch: false,
+            limits: Limits::DEFAULT,
             keep: false,
         };
         match mode {
@@ -233,7 +238,8 @@ impl Workspace {
             Mode::Copy => {
                 let copy = ws.base.join("project");
                 std::fs::create_dir(&copy)?;
-                ws.copied = copy_project(root, &copy)?;
+                copy_project(root, &copy)?;
+                ws.copied = hash_files(&copy)?;
                 ws.dir = copy;
             }
         }
@@ -371,158 +377,137 @@ impl Workspace {
     }
 
     /// What changed in the workspace: new, modified, deleted and renamed
-    /// files, binary ones included; never `.git/`, `.cassist/`, ignored
-    /// files or what cassist placed.
+    /// entries, binary ones included, read within [`limits`](Self::limits)
+    /// (see [`crate::entry`]); never ignored files or what cassist placed.
+    /// Entries the review rejects are part of it, never left out: special
+    /// files, names that are not UTF-8, files over the limits (unread),
+    /// changes below `.git/` and `.cassist/`.
     pub fn changes(&mut self) -> std::io::Result<ChangeSet> {
         let mut raw: BTreeMap<String, Change> = BTreeMap::new();
-        match self.mode {
-            Mode::Overlay => self.overlay_changes(&mut raw)?,
-            Mode::Copy => self.copy_changes(&mut raw)?,
-        }
         // .gitignore files as the agent left them: the workspace's first.
         let layers: Vec<PathBuf> = match self.mode {
             Mode::Overlay => [self.layer(Layer::Agent)].into_iter().chain(self.lowers(Layer::Agent)).collect(),
             Mode::Copy => vec![self.dir.clone()],
         };
         let ignore = IgnoreCheck::new(&self.root, layers);
-        raw.retain(|path, _| !is_reserved(path) && !self.placed.contains(path) && !ignore.ignored(path));
+        let mut reader = Reader::new(self.limits);
+        match self.mode {
+            Mode::Overlay => self.overlay_changes(&mut reader, &ignore, &mut raw)?,
+            Mode::Copy => self.copy_changes(&mut reader, &mut raw)?,
+        }
+        raw.retain(|path, c| !self.placed.contains(path) && !ignore.ignored(&raw_path(c), false));
         Ok(ChangeSet { changes: detect_renames(raw.into_values().collect()) })
     }
 
-    /// The agent's layer against what the lowers show (see [`Lowers`]).
-    fn overlay_changes(&mut self, out: &mut BTreeMap<String, Change>) -> std::io::Result<()> {
+    /// The agent's layer against what the lowers show (see [`Lowers`]):
+    /// every entry of the agent's layer is new, changed, a copy-up of an
+    /// unchanged file, or a whiteout.
+    fn overlay_changes(
+        &self,
+        reader: &mut Reader,
+        ignore: &IgnoreCheck,
+        out: &mut BTreeMap<String, Change>,
+    ) -> std::io::Result<()> {
         let upper = self.layer(Layer::Agent);
         let lower_dirs = self.lowers(Layer::Agent);
         let lowers = Lowers::new(&lower_dirs);
-        let mut stack = vec![upper.clone()];
-        while let Some(dir) = stack.pop() {
-            let rel_dir = dir.strip_prefix(&upper).unwrap_or(Path::new("")).to_path_buf();
+        let mut insert = |c: Change| insert_change(out, c);
+        let mut stack = vec![PathBuf::new()];
+        while let Some(rel_dir) = stack.pop() {
+            let dir = upper.join(&rel_dir);
             // An opaque folder hides everything below it in the lowers.
-            if dir != upper && is_opaque(&dir) {
+            if !rel_dir.as_os_str().is_empty() && is_opaque(&dir) {
                 for (rel, real) in lowers.files_below(&rel_dir) {
                     if upper.join(&rel).symlink_metadata().is_err() {
-                        let rel = rel.to_string_lossy().into_owned();
-                        out.insert(rel.clone(), deleted(&rel, &real));
+                        insert(reader.deleted(&rel, &real));
                     }
                 }
             }
-            for entry in std::fs::read_dir(&dir)? {
-                let entry = entry?;
-                let path = entry.path();
+            for e in std::fs::read_dir(&dir)? {
+                let rel = rel_dir.join(e?.file_name());
+                let path = upper.join(&rel);
                 let meta = std::fs::symlink_metadata(&path)?;
-                let rel_path = path.strip_prefix(&upper).unwrap_or(&path).to_path_buf();
-                let rel = rel_path.to_string_lossy().into_owned();
-                let ft = meta.file_type();
                 // What the lowers show at this path.
-                let lower = lowers.path(&rel_path);
-                let lower_meta = lower.as_ref().and_then(|l| std::fs::symlink_metadata(l).ok());
-                let lower_is_dir = lower_meta.as_ref().is_some_and(|m| m.is_dir());
-                let gone_below = |out: &mut BTreeMap<String, Change>| {
-                    for (p, real) in lowers.files_below(&rel_path) {
-                        let p = p.to_string_lossy().into_owned();
-                        out.insert(p.clone(), deleted(&p, &real));
+                let below = lowers.path(&rel).and_then(|p| std::fs::symlink_metadata(&p).ok().map(|m| (p, m)));
+                let below_is_dir = below.as_ref().is_some_and(|(_, m)| m.is_dir());
+                if entry::kind(&meta) == Kind::Dir {
+                    if ignore.ignored(&rel, true) {
+                        continue;
                     }
-                };
-                if ft.is_dir() {
                     // A file (or a symlink, never followed) replaced by a
                     // folder.
-                    if let (Some(lower), Some(m)) = (&lower, &lower_meta)
-                        && !m.is_dir()
+                    if let Some((lower, _)) = &below
+                        && !below_is_dir
                     {
-                        out.insert(rel.clone(), deleted(&rel, lower));
+                        insert(reader.deleted(&rel, lower));
                     }
-                    stack.push(path);
-                } else if ft.is_char_device() && meta.rdev() == 0 {
-                    // A whiteout: deleted (a file, or a whole folder).
-                    if lower_is_dir {
-                        gone_below(out);
-                    } else if let (Some(lower), Some(_)) = (&lower, &lower_meta) {
-                        out.insert(rel.clone(), deleted(&rel, lower));
-                    }
-                } else if ft.is_file() || ft.is_symlink() {
-                    let new = read_entry(&path, &meta)?;
-                    if lower_is_dir {
-                        // A folder replaced by a file: its files are gone.
-                        gone_below(out);
-                    }
-                    match (&lower, &lower_meta) {
-                        (Some(lower), Some(lm)) if lm.is_file() || lm.file_type().is_symlink() => {
-                            let old = read_entry(lower, lm)?;
-                            if old != new || lm.mode() & 0o777 != meta.mode() & 0o777 {
-                                out.insert(
-                                    rel.clone(),
-                                    Change {
-                                        path: rel,
-                                        kind: ChangeKind::Modified,
-                                        old: Some(old),
-                                        new: Some(new),
-                                        mode: meta.mode(),
-                                    },
-                                );
-                            }
-                        }
-                        _ => {
-                            out.insert(
-                                rel.clone(),
-                                Change {
-                                    path: rel,
-                                    kind: ChangeKind::Added,
-                                    old: None,
-                                    new: Some(new),
-                                    mode: meta.mode(),
-                                },
-                            );
-                        }
+                    stack.push(rel);
+                    continue;
+                }
+                // A folder replaced by anything else, or deleted (a
+                // whiteout): its files are gone.
+                if below_is_dir {
+                    for (p, real) in lowers.files_below(&rel) {
+                        insert(reader.deleted(&p, &real));
                     }
                 }
+                if entry::is_whiteout(&meta) {
+                    if let Some((lower, _)) = &below
+                        && !below_is_dir
+                    {
+                        insert(reader.deleted(&rel, lower));
+                    }
+                    continue;
+                }
+                if ignore.ignored(&rel, false) {
+                    continue;
+                }
+                let old = below.filter(|(_, m)| matches!(entry::kind(m), Kind::File | Kind::Symlink));
+                // A copy-up (opened for writing, touched) of an unchanged file.
+                if let Some((lower, lm)) = &old
+                    && entry::same_entry(&path, &meta, lower, lm)?
+                {
+                    continue;
+                }
+                insert(reader.change(&rel, &path, &meta, old.as_ref().map(|(p, m)| (p.as_path(), m)))?);
             }
         }
         Ok(())
     }
 
-    fn copy_changes(&mut self, out: &mut BTreeMap<String, Change>) -> std::io::Result<()> {
+    /// The copy against what was copied: every entry of the copy (`.git/`
+    /// and `.cassist/` folders included) whose type, mode or content is not
+    /// what was copied, and what was copied and is gone.
+    fn copy_changes(&self, reader: &mut Reader, out: &mut BTreeMap<String, Change>) -> std::io::Result<()> {
         let mut seen = std::collections::HashSet::new();
-        for (rel, meta) in project_files(&self.dir) {
-            seen.insert(rel.clone());
-            let path = self.dir.join(&rel);
-            let new = read_entry(&path, &meta)?;
-            match self.copied.get(&rel) {
-                Some(h) if *h == *blake3::hash(&new).as_bytes() => {
-                    let orig_mode =
-                        std::fs::symlink_metadata(self.root.join(&rel)).map(|m| m.mode()).unwrap_or(meta.mode());
-                    if orig_mode & 0o777 != meta.mode() & 0o777 {
-                        let old = read_entry(&self.root.join(&rel), &std::fs::symlink_metadata(self.root.join(&rel))?)?;
-                        out.insert(
-                            rel.clone(),
-                            Change {
-                                path: rel,
-                                kind: ChangeKind::Modified,
-                                old: Some(old),
-                                new: Some(new),
-                                mode: meta.mode(),
-                            },
-                        );
-                    }
-                }
-                Some(_) => {
-                    let orig = self.root.join(&rel);
-                    let old = std::fs::symlink_metadata(&orig).ok().and_then(|m| read_entry(&orig, &m).ok());
-                    out.insert(
-                        rel.clone(),
-                        Change { path: rel, kind: ChangeKind::Modified, old, new: Some(new), mode: meta.mode() },
-                    );
-                }
-                None => {
-                    out.insert(
-                        rel.clone(),
-                        Change { path: rel, kind: ChangeKind::Added, old: None, new: Some(new), mode: meta.mode() },
-                    );
-                }
+        for e in workspace_walker(&self.dir) {
+            if e.file_type().is_none_or(|t| t.is_dir()) {
+                continue;
             }
+            let Ok(rel) = e.path().strip_prefix(&self.dir) else { continue };
+            let meta = std::fs::symlink_metadata(e.path())?;
+            let (name, _) = entry::name(rel);
+            let copied = self.copied.get(&name);
+            seen.insert(name);
+            // Unchanged: the same type, mode and size (from the lstat) and
+            // the same bytes (hashed as a stream).
+            if let Some(c) = copied
+                && meta.mode() & TYPE_AND_PERMISSIONS == c.mode
+                && meta.len() == c.size
+                && entry::hash_entry(e.path(), &meta)?.as_ref() == Some(&c.hash)
+            {
+                continue;
+            }
+            let orig = self.root.join(rel);
+            let old = match copied {
+                Some(_) => std::fs::symlink_metadata(&orig).ok(),
+                None => None,
+            };
+            insert_change(out, reader.change(rel, e.path(), &meta, old.as_ref().map(|m| (orig.as_path(), m)))?);
         }
         for rel in self.copied.keys() {
             if !seen.contains(rel) {
-                out.insert(rel.clone(), deleted(rel, &self.root.join(rel)));
+                insert_change(out, reader.deleted(Path::new(rel), &self.root.join(rel)));
             }
         }
         Ok(())
@@ -671,14 +656,25 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The hash of every project file under `dir`.
-fn hash_files(dir: &Path) -> std::io::Result<HashMap<String, [u8; 32]>> {
-    let mut hashes = HashMap::new();
+/// A file of the project as copy mode copied it (or setup left it).
+struct Copied {
+    /// blake3 of its bytes (a symlink: of its target).
+    hash: [u8; 32],
+    /// Its type and permission bits.
+    mode: u32,
+    size: u64,
+}
+
+/// Every project file and symlink under `dir` (anything else is left out,
+/// never opened), hashed as a stream: a large file costs no memory.
+fn hash_files(dir: &Path) -> std::io::Result<HashMap<String, Copied>> {
+    let mut copied = HashMap::new();
     for (rel, meta) in project_files(dir) {
-        let bytes = read_entry(&dir.join(&rel), &meta)?;
-        hashes.insert(rel, *blake3::hash(&bytes).as_bytes());
+        if let Some(hash) = entry::hash_entry(&dir.join(&rel), &meta)? {
+            copied.insert(rel, Copied { hash, mode: meta.mode() & TYPE_AND_PERMISSIONS, size: meta.len() });
+        }
     }
-    Ok(hashes)
+    Ok(copied)
 }
 
 /// Removes the workspaces under `parent` whose cassist process is gone (a
@@ -715,6 +711,13 @@ pub fn remove_tree(path: &Path) {
     let _ = std::fs::remove_dir_all(path);
 }
 
+/// A file's type and permission bits (special bits included) of a mode.
+const TYPE_AND_PERMISSIONS: u32 = crate::changes::S_IFMT | 0o7777;
+
+fn insert_change(out: &mut BTreeMap<String, Change>, c: Change) {
+    out.insert(c.path.clone(), c);
+}
+
 fn sanitize(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).take(60).collect()
 }
@@ -733,15 +736,16 @@ fn is_opaque(dir: &Path) -> bool {
     false
 }
 
-/// Files below `dir` (relative to `root`), not following symlinks.
-fn files_below(dir: &Path, root: &Path) -> Vec<(String, std::fs::Metadata)> {
+/// Entries below `dir` but folders (relative to `root`), not following
+/// symlinks.
+fn files_below(dir: &Path, root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in walkdir::WalkDir::new(dir).into_iter().flatten() {
         if entry.file_type().is_dir() {
             continue;
         }
-        if let (Ok(rel), Ok(meta)) = (entry.path().strip_prefix(root), entry.metadata()) {
-            out.push((rel.to_string_lossy().into_owned(), meta));
+        if let Ok(rel) = entry.path().strip_prefix(root) {
+            out.push(rel.to_path_buf());
         }
     }
     out
@@ -756,24 +760,12 @@ fn read_entry(path: &Path, meta: &std::fs::Metadata) -> std::io::Result<Vec<u8>>
     }
 }
 
-/// `rel` deleted; it was `path` (in the project or a lower layer).
-fn deleted(rel: &str, path: &Path) -> Change {
-    let meta = std::fs::symlink_metadata(path).ok();
-    let old = meta.as_ref().and_then(|m| read_entry(path, m).ok());
-    Change {
-        path: rel.to_owned(),
-        kind: ChangeKind::Deleted,
-        old,
-        new: None,
-        mode: meta.map_or(0o100644, |m| m.mode()),
-    }
-}
-
 /// A deleted and an added file with the same content are a rename.
 fn detect_renames(changes: Vec<Change>) -> Vec<Change> {
     let mut deleted_by_content: HashMap<Vec<u8>, usize> = HashMap::new();
     for (i, c) in changes.iter().enumerate() {
         if c.kind == ChangeKind::Deleted
+            && c.hazard.is_none()
             && let Some(old) = &c.old
             && !old.is_empty()
         {
@@ -783,7 +775,7 @@ fn detect_renames(changes: Vec<Change>) -> Vec<Change> {
     let mut drop = vec![false; changes.len()];
     let mut out = changes.clone();
     for (i, c) in changes.iter().enumerate() {
-        if c.kind != ChangeKind::Added {
+        if c.kind != ChangeKind::Added || c.hazard.is_some() {
             continue;
         }
         let Some(new) = &c.new else { continue };
@@ -796,25 +788,27 @@ fn detect_renames(changes: Vec<Change>) -> Vec<Change> {
     out.into_iter().zip(drop).filter(|(_, d)| !d).map(|(c, _)| c).collect()
 }
 
-/// Copies the project's files into `to`; returns each file's hash.
-fn copy_project(root: &Path, to: &Path) -> std::io::Result<HashMap<String, [u8; 32]>> {
-    let mut hashes = HashMap::new();
+/// Copies the project's files and symlinks into `to` (anything else is
+/// left out, never opened), contents streamed.
+fn copy_project(root: &Path, to: &Path) -> std::io::Result<()> {
     for (rel, meta) in project_files(root) {
         let src = root.join(&rel);
         let dst = to.join(&rel);
+        let kind = entry::kind(&meta);
+        if !matches!(kind, Kind::File | Kind::Symlink) {
+            continue;
+        }
         if let Some(parent) = dst.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        let bytes = read_entry(&src, &meta)?;
-        if meta.file_type().is_symlink() {
+        if kind == Kind::Symlink {
             std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
         } else {
-            std::fs::write(&dst, &bytes)?;
+            std::fs::copy(&src, &dst)?;
             std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
         }
-        hashes.insert(rel, *blake3::hash(&bytes).as_bytes());
     }
-    Ok(hashes)
+    Ok(())
 }
 
 /// `.gitignore` rules of the project, asked path by path.
@@ -867,8 +861,9 @@ impl IgnoreCheck {
             .clone()
     }
 
-    /// Whether `rel` (a file) is ignored by any `.gitignore` on its way.
-    fn ignored(&self, rel: &str) -> bool {
+    /// Whether `rel` (a file, or a folder when `is_dir`) is ignored by any
+    /// `.gitignore` on its way.
+    fn ignored(&self, rel: &Path, is_dir: bool) -> bool {
         let full = self.root.join(rel);
         let mut dirs: Vec<PathBuf> =
             full.ancestors().skip(1).take_while(|d| d.starts_with(&self.root)).map(Path::to_path_buf).collect();
@@ -876,7 +871,7 @@ impl IgnoreCheck {
         let mut ignored = false;
         for d in dirs {
             if let Some(m) = self.matcher(&d) {
-                match m.matched_path_or_any_parents(&full, false) {
+                match m.matched_path_or_any_parents(&full, is_dir) {
                     ignore::Match::Ignore(_) => ignored = true,
                     ignore::Match::Whitelist(_) => ignored = false,
                     ignore::Match::None => {}
@@ -904,6 +899,10 @@ pub struct Integrated {
 pub enum IntegrateError {
     /// Files the user changed since the workspace was made.
     Conflict(Vec<String>),
+    /// Changes that are never written, whatever the review said (special
+    /// files and bits, symlinks leaving the project, names that are not
+    /// UTF-8, unread files): each with why.
+    Refused(Vec<String>),
     Io(String),
 }
 
@@ -913,16 +912,39 @@ impl std::fmt::Display for IntegrateError {
             IntegrateError::Conflict(files) => {
                 write!(f, "conflict: changed in the project meanwhile: {}", files.join(", "))
             }
+            IntegrateError::Refused(why) => write!(f, "refused to write {}", why.join(", ")),
             IntegrateError::Io(e) => write!(f, "cannot write the change: {e}"),
         }
     }
 }
 
-/// Applies `changes` to the user's tree at `root`, uncommitted. Every file
-/// is checked first against `manifest` (its state when the workspace was
-/// made): a file changed meanwhile is a conflict and nothing is written.
-/// A failure half-way restores what was written.
+/// Why `c` must never be written into a tree, whatever the review said:
+/// [`Change::unsafe_reason`], or a path below `.git/` or `.cassist/`.
+pub fn never_written(c: &Change) -> Option<String> {
+    c.unsafe_reason().or_else(|| {
+        let from = match &c.kind {
+            ChangeKind::Renamed { from } => Some(from.as_str()),
+            _ => None,
+        };
+        std::iter::once(c.path.as_str())
+            .chain(from)
+            .find(|p| is_reserved(p))
+            .map(|p| format!("`{p}` lies in git's or cassist's own folder"))
+    })
+}
+
+/// Applies `changes` to the user's tree at `root`, uncommitted. A change
+/// integration must never write ([`never_written`]) refuses the
+/// whole set; then every file is checked against `manifest` (its state
+/// when the workspace was made): a file changed meanwhile is a conflict
+/// and nothing is written. Modes are written without special bits. A
+/// failure half-way restores what was written.
 pub fn integrate(root: &Path, changes: &ChangeSet, manifest: &Manifest) -> Result<Integrated, IntegrateError> {
+    let refused: Vec<String> =
+        changes.changes.iter().filter_map(|c| never_written(c).map(|why| format!("{}: {why}", c.path))).collect();
+    if !refused.is_empty() {
+        return Err(IntegrateError::Refused(refused));
+    }
     let mut conflicts = Vec::new();
     // Paths the change set removes (a folder may give way to a file).
     let removed: std::collections::HashSet<&str> = changes
@@ -945,7 +967,9 @@ pub fn integrate(root: &Path, changes: &ChangeSet, manifest: &Manifest) -> Resul
                 let prefix = format!("{rel}/");
                 let below: Vec<&String> = manifest.keys().filter(|k| k.starts_with(&prefix)).collect();
                 below.iter().all(|k| removed.contains(k.as_str()))
-                    && files_below(&root.join(rel), root).iter().all(|(p, _)| manifest.contains_key(p))
+                    && files_below(&root.join(rel), root)
+                        .iter()
+                        .all(|p| p.to_str().is_some_and(|p| manifest.contains_key(p)))
             }
             (Some(m), Some(b)) => !m.is_dir() && Stamp::of(&m).untouched(&b),
             _ => false,
@@ -1010,7 +1034,8 @@ fn write_file(root: &Path, rel: &str, bytes: &[u8], mode: u32, done: &mut Integr
         let dir = path.parent().unwrap_or(root);
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
         std::io::Write::write_all(&mut tmp, bytes)?;
-        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(mode & 0o7777))?;
+        // Never a setuid, setgid or sticky bit, whatever was asked.
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(mode & 0o777))?;
         tmp.persist(&path).map_err(|e| e.error)?;
     }
     done.written.push(rel.to_owned());

@@ -2,7 +2,7 @@
 //! acceptance), or a problem the agent gets another iteration for.
 
 use crate::changes::ChangeSet;
-use crate::review::{self, Review, ReviewInput};
+use crate::review::{self, OwnFiles, Review, ReviewInput};
 use crate::text::tail_lines;
 
 use super::attempt::Ran;
@@ -49,10 +49,17 @@ impl TaskContext<'_> {
         Ok(Judged::Fine(changes))
     }
 
-    /// The review of `changes` (SPEC 3.6), and of the secrets written into
+    /// The review of `changes` (SPEC 3.5), and of the secrets written into
     /// them.
-    fn review(&self, changes: &ChangeSet) -> Review {
+    pub fn review(&self, changes: &ChangeSet) -> Review {
         let t = self.t;
+        let plan = &self.runner.plan;
+        let config = &plan.project.config;
+        let own_files = OwnFiles {
+            task_files: plan.tasks.iter().map(|t| t.task.source.name.clone()).collect(),
+            template: config.prompt_template.as_ref().map(|p| p.value.clone()),
+            instructions: config.instructions.as_ref().map(|p| p.value.clone()),
+        };
         let mut review = review::review(
             changes,
             &ReviewInput {
@@ -60,7 +67,9 @@ impl TaskContext<'_> {
                 sandbox: t.sandbox,
                 kind: t.task.kind,
                 constraints: &t.task.constraints,
-                project_has_tests: project_has_tests(&self.runner.plan.project.root),
+                project_has_tests: project_has_tests(&plan.project.root),
+                own_files: &own_files,
+                limits: config.limits,
             },
         );
         // The value of a secret variable of cassist's own environment,
@@ -101,8 +110,9 @@ fn run_problem(ran: &Ran) -> Option<Judged> {
 }
 
 fn review_reason(review: &Review, read_only: bool) -> String {
-    let first = review.findings.iter().find(|f| f.severity == review::Severity::Reject);
-    let prefix = if review.security_issue() {
+    let security = review.first_security_issue();
+    let first = security.or_else(|| review.findings.iter().find(|f| f.severity == review::Severity::Reject));
+    let prefix = if security.is_some() {
         "rejected as a security issue"
     } else if read_only {
         "rejected: a read-only task changed files"

@@ -271,8 +271,10 @@ impl Runner {
         let name = t.task.name.as_str();
         self.phase(name, "workspace", 0, self.mode.as_str());
         let _no_integration = self.integration.read().unwrap_or_else(|e| e.into_inner());
-        Workspace::create(&self.exe, &self.plan.project.root, &self.workspaces, self.mode, name)
-            .map_err(|e| Failure::failed(format!("cannot create the workspace: {e}")))
+        let mut ws = Workspace::create(&self.exe, &self.plan.project.root, &self.workspaces, self.mode, name)
+            .map_err(|e| Failure::failed(format!("cannot create the workspace: {e}")))?;
+        ws.limits = self.plan.project.config.limits;
+        Ok(ws)
     }
 }
 

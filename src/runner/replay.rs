@@ -19,6 +19,10 @@ impl TaskContext<'_> {
         self.write_stored_change(entry)?;
         let changes = self.read_changes()?;
         self.facts.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
+        // What must never land does not, even from a store entry.
+        if let Some(f) = self.review(&changes).first_security_issue() {
+            return Err(Failure::failed(format!("the stored change is rejected as a security issue: {}", f.message)));
+        }
         if let Some(f) = self.acceptance(1)? {
             return Err(Failure::failed(format!(
                 "the replayed change no longer passes: acceptance command `{}` failed; run with --no-cache to call the agent",

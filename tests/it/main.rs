@@ -14,6 +14,7 @@ mod demo;
 mod fuzz;
 mod hash;
 mod parallel;
+mod review;
 mod run;
 mod sandbox;
 mod specs;

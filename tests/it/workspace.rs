@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use cassist::changes::{Change, ChangeKind, ChangeSet};
+use cassist::changes::{Change, ChangeKind, ChangeSet, Hazard, Special};
+use cassist::paths::is_reserved;
 use cassist::workspace::{IntegrateError, Mode, Workspace, detect_mode, remove_tree, rollback};
 
 use crate::support::{
@@ -86,6 +87,9 @@ both_modes!(
     two_workspaces_are_independent,
     stdin_reaches_the_command,
     symlinked_project_path,
+    own_folders_are_changes,
+    hostile_entries_are_read_safely_and_never_integrated,
+    set_bits_on_an_unchanged_file_are_a_change,
 );
 
 const GITIGNORE: &str = "__pycache__/\n*.log\n/target/\n";
@@ -252,6 +256,11 @@ fn assert_same<V: PartialEq + std::fmt::Debug>(what: &str, before: &BTreeMap<Str
     assert!(diff.is_empty(), "{what}:\n  {}", diff.join("\n  "));
 }
 
+/// The paths of a change set but those below `.git/` (or `.cassist/`).
+fn without_git(cs: &ChangeSet) -> Vec<&str> {
+    cs.paths().into_iter().filter(|p| !is_reserved(p)).collect()
+}
+
 fn by_path(cs: &ChangeSet) -> BTreeMap<String, Change> {
     cs.changes.iter().map(|c| (c.path.clone(), c.clone())).collect()
 }
@@ -298,8 +307,6 @@ echo y > src/__pycache__/lib.pyc
 echo built > target/debug/out
 echo log > build.log
 echo more >> ignored.log
-# cassist's own folder
-mkdir -p .cassist/runs && echo state > .cassist/runs/state.json
 "#;
 
 /// Checks the change set `AGENT` leaves.
@@ -423,7 +430,8 @@ fn user_tree_untouched(mode: Mode) {
     assert!(seen.contains("println!") && seen.contains("placed instructions") && seen.contains("no-readme"), "{seen}");
     let commits = '1';
     assert!(seen.trim_end().ends_with(commits), "{commits} commits inside: {seen}");
-    assert_eq!(by_path(&ws.changes().unwrap()).len(), 11);
+    // (What git wrote is part of the change set, for the review to reject.)
+    assert_eq!(without_git(&ws.changes().unwrap()).len(), 11);
     // ...the user's tree none of them.
     assert_same("the user's tree changed", &before, &tree(f.path()));
     assert_same("entries of the user's tree were rewritten", &before_stamps, &stamps(f.path()));
@@ -455,8 +463,10 @@ fn unchanged_workspace_has_no_changes(mode: Mode) {
 }
 
 /// `git add`, `git commit` and a branch made inside the workspace of a
-/// repository: `.git/` is never part of the change set. In the overlay
-/// the project's `.git` is read-only: git reads it, and every write fails.
+/// repository: the project's `.git/` is untouched. In the overlay it is
+/// read-only: git reads it, and every write fails. In the copy, what git
+/// wrote inside is in the change set below `.git/` only (the review
+/// rejects it; integration refuses it).
 fn git_in_a_repository_is_not_a_change(mode: Mode) {
     let f = fixture(true);
     let head = f.git(&["rev-parse", "HEAD"]);
@@ -474,20 +484,164 @@ fn git_in_a_repository_is_not_a_change(mode: Mode) {
         run_ok(&ws, git);
     }
     let cs = ws.changes().unwrap();
-    assert_eq!(cs.paths(), ["src/more.rs"], "change set:\n  {}", describe(&cs));
+    assert_eq!(without_git(&cs), ["src/more.rs"], "change set:\n  {}", describe(&cs));
+    assert!(cs.paths().iter().all(|p| *p == "src/more.rs" || p.starts_with(".git/")), "{}", describe(&cs));
+    if cs.paths().len() > 1 {
+        assert!(matches!(ws.integrate(&cs), Err(IntegrateError::Refused(_))));
+    }
     assert_eq!(f.git(&["rev-parse", "HEAD"]), head);
     assert_same("the user's .git/ changed", &git_before, &tree(&f.path().join(".git")));
 }
 
 /// A project that is not a repository: `git init` and `git add` inside make
-/// no change.
+/// no change but below `.git/`, which never reaches the tree.
 fn git_init_is_not_a_change(mode: Mode) {
     let f = fixture(false);
     let mut ws = workspace(&f, mode);
     run_ok(&ws, "set -e; git init -q; git add -A; git commit -qm agent");
     let cs = ws.changes().unwrap();
-    assert!(cs.is_empty(), "change set:\n  {}", describe(&cs));
+    assert!(without_git(&cs).is_empty(), "change set:\n  {}", describe(&cs));
+    assert!(cs.paths().iter().all(|p| p.starts_with(".git/")), "{}", describe(&cs));
+    if !cs.is_empty() {
+        assert!(matches!(ws.integrate(&cs), Err(IntegrateError::Refused(_))));
+    }
     assert!(!f.path().join(".git").exists());
+}
+
+/// What an agent writes below `.cassist/` or `.git/` (where it can: the
+/// sandbox may refuse the write) is part of the change set, never dropped
+/// silently, and never integrated.
+fn own_folders_are_changes(mode: Mode) {
+    let f = fixture(true);
+    let git_before = tree(&f.path().join(".git"));
+    let mut ws = workspace(&f, mode);
+    let wrote = run(
+        &ws,
+        "mkdir -p .cassist/runs && echo state > .cassist/runs/state.json && echo cassist; \
+         mkdir -p .git/hooks && echo 'echo pwned' > .git/hooks/pre-commit && echo git; \
+         echo 'x' > src/x.rs",
+    );
+    let wrote = String::from_utf8_lossy(&wrote.stdout).into_owned();
+    let cs = ws.changes().unwrap();
+    let mut expected = Vec::new();
+    if wrote.contains("cassist") {
+        expected.push(".cassist/runs/state.json");
+    }
+    if wrote.contains("git") {
+        expected.push(".git/hooks/pre-commit");
+    }
+    expected.push("src/x.rs");
+    assert_eq!(cs.paths(), expected, "change set:\n  {}", describe(&cs));
+    let before = tree(f.path());
+    if expected.len() > 1 {
+        match ws.integrate(&cs) {
+            Err(IntegrateError::Refused(why)) => {
+                assert_eq!(why.len(), expected.len() - 1, "{why:?}");
+                assert!(why[0].contains("lies in git's or cassist's own folder"), "{why:?}");
+            }
+            other => panic!("integration must refuse .git/ and .cassist/, got {other:?}"),
+        }
+    }
+    assert_same("a refused integration changed the tree", &before, &tree(f.path()));
+    assert_same("the project's .git/ changed", &git_before, &tree(&f.path().join(".git")));
+}
+
+/// An agent leaves what must never land: a fifo, a socket, a setuid
+/// file, symlinks out of the project, a name that is not UTF-8, a 2 GiB
+/// sparse file, a file over the limit. Reading the change set opens none
+/// of the special files (it would block on the fifo), reads nothing over
+/// the limits (the sparse file costs neither time nor memory), names the
+/// file that is not UTF-8 with its bytes escaped; integration refuses
+/// every one of them and writes nothing.
+fn hostile_entries_are_read_safely_and_never_integrated(mode: Mode) {
+    let f = fixture(true);
+    let before = tree(f.path());
+    let mut ws = workspace(&f, mode);
+    ws.limits.file_size = 1 << 20;
+    run_ok(
+        &ws,
+        r#"set -e
+mkfifo run.fifo
+python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("run.sock")'
+cp /bin/sh suid-sh && chmod 4755 suid-sh
+ln -s /etc/passwd passwd
+ln -s ../../x up
+mkdir -p d && ln -s ../src/lib.rs d/fine
+printf 'x\n' > "$(printf 'bad\377name.txt')"
+truncate -s 2G sparse.bin
+head -c 1048577 /dev/zero > over.bin
+echo ok > ok.txt
+"#,
+    );
+    let started = Instant::now();
+    let cs = ws.changes().unwrap();
+    let took = started.elapsed();
+    let got = by_path(&cs);
+    assert_eq!(
+        got.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "bad\\xffname.txt",
+            "d/fine",
+            "ok.txt",
+            "over.bin",
+            "passwd",
+            "run.fifo",
+            "run.sock",
+            "sparse.bin",
+            "suid-sh",
+            "up"
+        ],
+        "change set:\n  {}",
+        describe(&cs)
+    );
+    assert!(took < Duration::from_secs(5), "reading the change set took {took:?}");
+    assert_eq!(got["run.fifo"].hazard, Some(Hazard::Special(Special::Fifo)));
+    assert_eq!(got["run.sock"].hazard, Some(Hazard::Special(Special::Socket)));
+    assert_eq!(got["bad\\xffname.txt"].hazard, Some(Hazard::NonUtf8Name(b"bad\xffname.txt".to_vec())));
+    assert_eq!(got["sparse.bin"].hazard, Some(Hazard::Unread { size: 2 << 30 }));
+    assert_eq!(got["over.bin"].hazard, Some(Hazard::Unread { size: (1 << 20) + 1 }));
+    for unread in ["run.fifo", "run.sock", "bad\\xffname.txt", "sparse.bin", "over.bin"] {
+        assert_eq!(got[unread].new, None, "{unread} was read");
+    }
+    assert_eq!(got["suid-sh"].special_bits(), 0o4000);
+    assert_eq!(got["passwd"].symlink_leaving().as_deref(), Some("/etc/passwd"));
+    assert_eq!(got["up"].symlink_leaving().as_deref(), Some("../../x"));
+    assert_eq!(got["d/fine"].symlink_leaving(), None);
+    assert_eq!(got["ok.txt"].new.as_deref(), Some(&b"ok\n"[..]));
+
+    match ws.integrate(&cs) {
+        Err(IntegrateError::Refused(why)) => {
+            let refused: Vec<&str> = why.iter().map(|w| w.split(':').next().unwrap()).collect();
+            assert_eq!(
+                refused,
+                ["bad\\xffname.txt", "over.bin", "passwd", "run.fifo", "run.sock", "sparse.bin", "suid-sh", "up"],
+                "{why:#?}"
+            );
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_same("a refused integration changed the tree", &before, &tree(f.path()));
+
+    // Only what is safe, integrated: written as it was.
+    let safe = ChangeSet {
+        changes: cs.changes.iter().filter(|c| c.path == "ok.txt" || c.path == "d/fine").cloned().collect(),
+    };
+    ws.integrate(&safe).expect("integrate the safe part");
+    assert_eq!(std::fs::read_link(f.path().join("d/fine")).unwrap(), Path::new("../src/lib.rs"));
+}
+
+/// A setuid bit set on a file whose bytes stay the same is a change (the
+/// review sees the bit).
+fn set_bits_on_an_unchanged_file_are_a_change(mode: Mode) {
+    let f = fixture(true);
+    let mut ws = workspace(&f, mode);
+    run_ok(&ws, "chmod 6755 scripts/build.sh");
+    let cs = ws.changes().unwrap();
+    let got = by_path(&cs);
+    assert_eq!(got.keys().map(String::as_str).collect::<Vec<_>>(), ["scripts/build.sh"]);
+    assert_eq!(got["scripts/build.sh"].special_bits(), 0o6000);
+    assert!(matches!(ws.integrate(&cs), Err(IntegrateError::Refused(_))));
+    assert_eq!(std::fs::metadata(f.path().join("scripts/build.sh")).unwrap().mode() & 0o7777, 0o644);
 }
 
 /// Files cassist places (the instructions file) are visible inside but are
@@ -986,6 +1140,68 @@ fn conflict_with_mtime_kept(mode: Mode) {
     match ws.integrate(&cs) {
         Err(IntegrateError::Conflict(files)) => assert_eq!(files, ["src/lib.rs"]),
         other => panic!("the user's edit would be overwritten: {other:?}"),
+    }
+}
+
+/// Integration called directly, with changes no workspace would give:
+/// each one that must never be written refuses the whole set, and the
+/// tree is left as it was.
+#[test]
+fn integrate_refuses_what_must_never_land_even_called_directly() {
+    use cassist::changes::{S_IFLNK, S_IFREG};
+    let f = fixture(true);
+    let file = |path: &str, mode: u32| Change {
+        path: path.into(),
+        kind: ChangeKind::Added,
+        old: None,
+        new: Some(b"#!/bin/sh\n".to_vec()),
+        mode,
+        hazard: None,
+    };
+    let ok = file("src/ok.rs", S_IFREG | 0o644);
+    let cases = [
+        (file("bin/sh", S_IFREG | 0o4755), "setuid"),
+        (file("bin/sticky", S_IFREG | 0o1777), "sticky"),
+        (
+            Change { new: Some(b"/etc/passwd".to_vec()), ..file("passwd", S_IFLNK | 0o777) },
+            "leading out of the project",
+        ),
+        (Change { new: Some(b"../../x".to_vec()), ..file("d/up", S_IFLNK | 0o777) }, "leading out of the project"),
+        (file("../outside.txt", S_IFREG | 0o644), "not a plain path"),
+        (file("/tmp/abs.txt", S_IFREG | 0o644), "not a plain path"),
+        (file(".git/hooks/pre-commit", S_IFREG | 0o755), "own folder"),
+        (file("sub/.cassist/x", S_IFREG | 0o644), "own folder"),
+        (
+            Change { kind: ChangeKind::Renamed { from: ".git/config".into() }, ..file("config", S_IFREG | 0o644) },
+            "own folder",
+        ),
+        (file("fifo", 0o010644), "neither a file nor a symlink"),
+        (
+            Change { hazard: Some(Hazard::Special(Special::BlockDevice)), new: None, ..file("sda", 0o060600) },
+            "a block device",
+        ),
+        (
+            Change { hazard: Some(Hazard::NonUtf8Name(b"b\xff".to_vec())), ..file("b\\xff", S_IFREG | 0o644) },
+            "not valid UTF-8",
+        ),
+        (
+            Change { hazard: Some(Hazard::Unread { size: 1 << 40 }), new: None, ..file("huge", S_IFREG | 0o644) },
+            "over the size limits",
+        ),
+    ];
+    let before = tree(f.path());
+    for (bad, why) in cases {
+        let path = bad.path.clone();
+        let set = ChangeSet { changes: vec![ok.clone(), bad] };
+        match cassist::workspace::integrate(f.path(), &set, &Default::default()) {
+            Err(IntegrateError::Refused(refused)) => {
+                assert_eq!(refused.len(), 1, "{refused:?}");
+                assert!(refused[0].starts_with(&format!("{path}: ")) && refused[0].contains(why), "{refused:?}");
+            }
+            other => panic!("{path}: expected a refusal ({why}), got {other:?}"),
+        }
+        assert_same(&format!("{path}: a refused integration changed the tree"), &before, &tree(f.path()));
+        assert!(!Path::new("/tmp/abs.txt").exists());
     }
 }
 
