@@ -15,7 +15,10 @@
 //! - stdout and stderr share one pipe, read in 64 KiB chunks and streamed
 //!   through a [`RedactingWriter`] to the transcript file as they come; only
 //!   the last [`Command::tail_limit`] bytes are kept in memory, so memory
-//!   stays constant whatever the child prints;
+//!   stays constant whatever the child prints; the transcript keeps the
+//!   first and the last half of [`Command::transcript_limit`] bytes, with a
+//!   marker line where the middle was cut (the last half is a ring inside
+//!   the file, so disk use is bounded too);
 //! - stdin is written as the pipe takes it (non-blocking), so a child that
 //!   never reads it cannot block us;
 //! - waiting is event-driven: one `poll` selects the child's exit (a
@@ -201,6 +204,44 @@ impl Redactor {
         }
         out.extend_from_slice(&bytes[pos..]);
         std::borrow::Cow::Owned(out)
+    }
+
+    /// A document an agent wrote (its result file, a CLI's JSON output)
+    /// redacted for storing: every secret replaced in its bytes and, when
+    /// it is JSON, in its strings as they decode (a secret written with
+    /// `\u` escapes is found too; the document is then written again).
+    pub fn redact_document(&self, bytes: &[u8]) -> Vec<u8> {
+        if self.is_empty() {
+            return bytes.to_vec();
+        }
+        if let Ok(mut doc) = serde_json::from_slice::<serde_json::Value>(bytes)
+            && self.redact_json(&mut doc)
+        {
+            return serde_json::to_vec_pretty(&doc).unwrap_or_else(|_| self.redact_bytes(bytes).into_owned());
+        }
+        self.redact_bytes(bytes).into_owned()
+    }
+
+    /// Redacts every string (and key) of `v`; whether any held a secret.
+    fn redact_json(&self, v: &mut serde_json::Value) -> bool {
+        use serde_json::Value;
+        match v {
+            Value::String(s) if self.contains_secret(s.as_bytes()) => {
+                *s = self.redact(s);
+                true
+            }
+            Value::Array(items) => items.iter_mut().fold(false, |any, item| self.redact_json(item) | any),
+            Value::Object(map) => {
+                let mut any = false;
+                let old = std::mem::take(map);
+                for (k, mut item) in old {
+                    any |= self.redact_json(&mut item) | self.contains_secret(k.as_bytes());
+                    map.insert(self.redact(&k), item);
+                }
+                any
+            }
+            _ => false,
+        }
     }
 
     /// Whether there is nothing to redact.
@@ -465,6 +506,9 @@ pub struct Command {
     /// stdout and stderr interleaved, appended to this file as they come,
     /// redacted. Created if missing.
     pub transcript: Option<PathBuf>,
+    /// Most bytes of this run's output the transcript keeps: the first
+    /// half and the last half, with `[cassist: N bytes cut]` between.
+    pub transcript_limit: u64,
     /// How many of the last output bytes [`Finished::tail`] keeps.
     pub tail_limit: usize,
     /// The child gets `SIGKILL` when cassist dies, even by `SIGKILL`
@@ -484,6 +528,7 @@ impl std::fmt::Debug for Command {
             .field("timeout", &self.timeout)
             .field("grace", &self.grace)
             .field("transcript", &self.transcript)
+            .field("transcript_limit", &self.transcript_limit)
             .field("tail_limit", &self.tail_limit)
             .field("die_with_cassist", &self.die_with_cassist)
             .finish()
@@ -506,6 +551,7 @@ impl Command {
             timeout: None,
             grace: Duration::from_secs(5),
             transcript: None,
+            transcript_limit: crate::limits::Limits::DEFAULT.transcript,
             tail_limit: 8 * 1024,
             die_with_cassist: true,
         }
@@ -622,13 +668,13 @@ pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> io::Result<Fi
             format!("cannot run `{}`: working folder {} does not exist", cmd.program(), cmd.cwd.display()),
         ));
     }
-    let transcript =
-        match &cmd.transcript {
-            Some(path) => Some(OpenOptions::new().create(true).append(true).open(path).map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot open the transcript {}: {e}", path.display()))
-            })?),
-            None => None,
-        };
+    let transcript = match &cmd.transcript {
+        Some(path) => Some(
+            CappedFile::open(path, cmd.transcript_limit)
+                .map_err(|e| io::Error::new(e.kind(), format!("cannot open the transcript {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
     let cancel_fd = cancel.0.fd()?.as_raw_fd();
     let (mut child, out_reader, stdin_writer) = spawn(cmd, &program)?;
     let pid = child.id();
@@ -1137,7 +1183,7 @@ struct Output {
 }
 
 impl Output {
-    fn new(reader: io::PipeReader, transcript: Option<File>, redactor: &Redactor, tail_limit: usize) -> Output {
+    fn new(reader: io::PipeReader, transcript: Option<CappedFile>, redactor: &Redactor, tail_limit: usize) -> Output {
         Output {
             reader,
             out: RedactingWriter::new(Sink::new(transcript, tail_limit), redactor),
@@ -1170,6 +1216,11 @@ impl Output {
     fn finish(mut self) -> Captured {
         let _ = self.out.finish();
         let mut sink = self.out.into_inner();
+        if let Some(file) = &mut sink.transcript
+            && let Err(e) = file.finish()
+        {
+            sink.transcript_error = Some(e);
+        }
         Captured {
             output_bytes: self.total,
             tail: sink.tail_text(),
@@ -1182,14 +1233,14 @@ impl Output {
 /// Where redacted output goes: the transcript file and the tail. Never
 /// fails: a transcript write error is kept and the transcript dropped.
 struct Sink {
-    transcript: Option<File>,
+    transcript: Option<CappedFile>,
     transcript_error: Option<io::Error>,
     tail: VecDeque<u8>,
     tail_limit: usize,
 }
 
 impl Sink {
-    fn new(transcript: Option<File>, tail_limit: usize) -> Sink {
+    fn new(transcript: Option<CappedFile>, tail_limit: usize) -> Sink {
         Sink { transcript, transcript_error: None, tail: VecDeque::with_capacity(tail_limit), tail_limit }
     }
 
@@ -1220,6 +1271,109 @@ impl Write for Sink {
             self.transcript = None;
         }
         Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A transcript that keeps the first half and the last half of `limit`
+/// bytes of one run's output, with a marker line where the middle was
+/// cut. Memory and disk stay bounded: past the limit, the last half is a
+/// ring inside the file itself, put in order when the run ends.
+struct CappedFile {
+    file: File,
+    /// The folder of the file (for the temp file that puts the ring in
+    /// order).
+    dir: PathBuf,
+    /// Where this run's output starts (the file may hold earlier runs').
+    base: u64,
+    head: u64,
+    ring: u64,
+    /// Bytes of output so far.
+    written: u64,
+}
+
+impl CappedFile {
+    fn open(path: &Path, limit: u64) -> io::Result<CappedFile> {
+        let file = OpenOptions::new().create(true).read(true).write(true).truncate(false).open(path)?;
+        let base = file.metadata()?.len();
+        let limit = limit.max(2);
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+        Ok(CappedFile { file, dir, base, head: limit / 2, ring: limit - limit / 2, written: 0 })
+    }
+
+    fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        while !buf.is_empty() {
+            let i = self.written;
+            // Up to the end of the head, or of the ring.
+            let (at, room) = if i < self.head {
+                (i, self.head - i)
+            } else {
+                let pos = (i - self.head) % self.ring;
+                (self.head + pos, self.ring - pos)
+            };
+            let n = (buf.len() as u64).min(room) as usize;
+            self.file.write_all_at(&buf[..n], self.base + at)?;
+            self.written += n as u64;
+            buf = &buf[n..];
+        }
+        Ok(())
+    }
+
+    /// Once the run ended: when output was cut, the marker, then the last
+    /// half in order.
+    fn finish(&mut self) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let limit = self.head + self.ring;
+        if self.written <= limit {
+            return Ok(());
+        }
+        let cut = self.written - limit;
+        // The ring position of the oldest byte kept.
+        let oldest = (self.written - self.head) % self.ring;
+        let ring_at = self.base + self.head;
+        let mut ordered = tempfile::tempfile_in(&self.dir)?;
+        copy_range(&self.file, ring_at + oldest, self.ring - oldest, &mut ordered)?;
+        copy_range(&self.file, ring_at, oldest, &mut ordered)?;
+        let marker = format!("\n[cassist: {cut} bytes cut]\n");
+        self.file.set_len(ring_at)?;
+        self.file.write_all_at(marker.as_bytes(), ring_at)?;
+        copy_range(&ordered, 0, self.ring, &mut WriteAt { file: &self.file, at: ring_at + marker.len() as u64 })
+    }
+}
+
+/// `len` bytes of `from` at `at`, written to `to`, 64 KiB at a time.
+fn copy_range(from: &File, mut at: u64, len: u64, to: &mut impl Write) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; CHUNK.min(len as usize).max(1)];
+    let end = at + len;
+    while at < end {
+        let want = ((end - at) as usize).min(buf.len());
+        let n = from.read_at(&mut buf[..want], at)?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        to.write_all(&buf[..n])?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Writes to a file from an offset on.
+struct WriteAt<'f> {
+    file: &'f File,
+    at: u64,
+}
+
+impl Write for WriteAt<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let n = self.file.write_at(buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -1832,6 +1986,66 @@ mod tests {
     }
 
     #[test]
+    fn transcripts_keep_the_first_and_the_last_half_of_their_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let transcript = dir.path().join("t.log");
+        std::fs::write(&transcript, "earlier run\n").unwrap();
+        // 20000 numbered lines, 208894 bytes; 1000 are kept.
+        let script = "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); echo \"line $i\"; done";
+        let mut c = sh(dir.path(), script);
+        c.transcript = Some(transcript.clone());
+        c.transcript_limit = 1000;
+        let f = go(&c);
+        let full: String = (1..=20000).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(f.output_bytes, full.len() as u64);
+        let kept = std::fs::read_to_string(&transcript).unwrap();
+        let cut = full.len() - 1000;
+        let expected =
+            format!("earlier run\n{}\n[cassist: {cut} bytes cut]\n{}", &full[..500], &full[full.len() - 500..]);
+        assert_eq!(kept, expected);
+        assert!(kept.ends_with("line 20000\n"), "the end of the output, where a CLI's final JSON is, is kept");
+        assert!(f.tail.ends_with("line 20000\n") && f.transcript_error.is_none());
+
+        // Within the limit, the transcript is the whole output, as it came.
+        let mut c = sh(dir.path(), script);
+        c.transcript = Some(dir.path().join("whole.log"));
+        c.transcript_limit = full.len() as u64;
+        go(&c);
+        assert_eq!(std::fs::read_to_string(dir.path().join("whole.log")).unwrap(), full);
+
+        // Past it by one byte, and wrapped several times over an odd ring.
+        for limit in [full.len() as u64 - 1, 333] {
+            let mut c = sh(dir.path(), script);
+            let log = dir.path().join(format!("t-{limit}.log"));
+            c.transcript = Some(log.clone());
+            c.transcript_limit = limit;
+            go(&c);
+            let (head, ring) = ((limit / 2) as usize, (limit - limit / 2) as usize);
+            let cut = full.len() - limit as usize;
+            let expected = format!("{}\n[cassist: {cut} bytes cut]\n{}", &full[..head], &full[full.len() - ring..]);
+            assert_eq!(std::fs::read_to_string(&log).unwrap(), expected, "limit {limit}");
+        }
+    }
+
+    #[test]
+    fn documents_are_redacted_in_their_bytes_and_their_decoded_strings() {
+        let r = Redactor::new(vec![b"s3cret-value".to_vec()]);
+        // Written with a JSON escape, the secret is found as the string decodes.
+        let doc = br#"{"success": true, "summary": "the key is s3cret-value", "n": [1, "s3cret-value"]}"#;
+        let out = String::from_utf8(r.redact_document(doc)).unwrap();
+        assert!(!out.contains("s3cret-value") && !out.contains("s3cr\\u0065t"), "{out}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["summary"], "the key is [REDACTED]");
+        assert_eq!(v["n"][1], "[REDACTED]");
+        assert_eq!(v["success"], true);
+        // Not JSON: its bytes.
+        assert_eq!(r.redact_document(b"plain s3cret-value\n"), b"plain [REDACTED]\n");
+        // Nothing to redact: as it was.
+        assert_eq!(r.redact_document(br#"{"a": 1}"#), br#"{"a": 1}"#);
+        assert_eq!(Redactor::default().redact_document(b"s3cret-value"), b"s3cret-value");
+    }
+
+    #[test]
     fn killed_line_is_a_hint() {
         let dir = tempfile::tempdir().unwrap();
         for (script, hint) in [
@@ -1992,7 +2206,9 @@ mod tests {
             after - before
         );
         assert_eq!(f.output_bytes, 1_000_000_000);
-        assert_eq!(written, 1_000_000_000);
+        // The transcript is capped: the first and last 32 MiB, a marker.
+        let marker = format!("\n[cassist: {} bytes cut]\n", 1_000_000_000 - (64u64 << 20));
+        assert_eq!(written, (64 << 20) + marker.len() as u64);
         assert!(after - before < 20 * 1024, "peak RSS grew by {} KiB", after - before);
     }
 }

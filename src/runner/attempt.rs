@@ -184,14 +184,35 @@ impl TaskContext<'_> {
     ) -> Result<Step, Failure> {
         self.facts.attempts += 1;
         self.facts.transcript = Some(files.transcript.clone());
-        let _ = std::fs::copy(&files.result, self.record.join(format!("result-{attempt}.json")));
+        // The agent's result file, read once (within a limit) and
+        // recorded redacted: nothing stores it as the agent wrote it.
+        let result = match read_result_bytes(&files.result) {
+            ResultBytes::Absent => None,
+            ResultBytes::TooLarge(size) => {
+                self.note(format!(
+                    "the agent's result file is {}, over {}: it is ignored",
+                    crate::limits::format_size(size),
+                    crate::limits::format_size(RESULT_LIMIT)
+                ));
+                let note = format!("[cassist: a result file of {size} bytes was ignored]\n");
+                let _ = std::fs::write(self.record.join(format!("result-{attempt}.json")), note);
+                None
+            }
+            ResultBytes::Read(bytes) => {
+                let _ = std::fs::write(
+                    self.record.join(format!("result-{attempt}.json")),
+                    self.runner.redactor.redact_document(&bytes),
+                );
+                Some(bytes)
+            }
+        };
 
         // What the CLI's machine-readable output says, and what the run
         // cost: counted for a killed run too.
         let parsed = inv.builtin.map(|b| b.parse(&read_tail(&files.transcript, 4 << 20), finished.outcome, &files.io));
         // Any agent may report its cost in its result file; a built-in
         // CLI's own output, when it says, takes precedence.
-        let cost_usd = parsed.as_ref().and_then(|p| p.cost_usd).or_else(|| result_cost(&files.result));
+        let cost_usd = parsed.as_ref().and_then(|p| p.cost_usd).or_else(|| result.as_deref().and_then(result_cost));
         if let Some(c) = cost_usd {
             self.add_cost(c);
         }
@@ -214,7 +235,7 @@ impl TaskContext<'_> {
         if let Some(p) = &parsed {
             let _ = std::fs::write(
                 self.record.join(format!("agent-{attempt}.json")),
-                self.runner.redactor.redact(&serde_json::to_string_pretty(p).unwrap_or_default()),
+                self.runner.redactor.redact_document(&serde_json::to_vec_pretty(p).unwrap_or_default()),
             );
             if let Some(step) = self.agent_error(inv, p, &finished.tail)? {
                 return Ok(step);
@@ -222,8 +243,9 @@ impl TaskContext<'_> {
         }
 
         // The agent's own report.
-        let agent_report = read_result_file(&files.result);
+        let agent_report = result.as_deref().and_then(read_result_file);
         if let Some(Err(reason)) = &agent_report {
+            let reason = self.runner.redactor.redact(reason);
             return Err(Failure::blocked(if part.is_whole() {
                 format!("the agent reported that it cannot do the task: {reason}")
             } else {
@@ -295,18 +317,50 @@ fn agent_env(inv: &Invocation, req: &Request<'_>, subtask: &str, files: &RunFile
     invoke::environment(&inv.pass_env, &extra)
 }
 
+/// Most bytes of a result file that are read: a report is a few lines.
+const RESULT_LIMIT: u64 = 1 << 20;
+
+/// What the result file holds.
+enum ResultBytes {
+    Absent,
+    TooLarge(u64),
+    Read(Vec<u8>),
+}
+
+/// The result file's bytes, read only when it is a regular file within
+/// [`RESULT_LIMIT`] (never following a symlink or opening a fifo).
+fn read_result_bytes(path: &Path) -> ResultBytes {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return ResultBytes::Absent };
+    if !meta.is_file() {
+        return ResultBytes::Absent;
+    }
+    if meta.len() > RESULT_LIMIT {
+        return ResultBytes::TooLarge(meta.len());
+    }
+    let Ok(f) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)
+    else {
+        return ResultBytes::Absent;
+    };
+    let mut bytes = Vec::new();
+    match f.take(RESULT_LIMIT + 1).read_to_end(&mut bytes) {
+        Ok(n) if n as u64 > RESULT_LIMIT => ResultBytes::TooLarge(n as u64),
+        Ok(_) => ResultBytes::Read(bytes),
+        Err(_) => ResultBytes::Absent,
+    }
+}
+
 /// `cost_usd` of the agent's result report, when it gives one.
-fn result_cost(path: &Path) -> Option<f64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+fn result_cost(bytes: &[u8]) -> Option<f64> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
     v.get("cost_usd").and_then(|c| c.as_f64()).filter(|c| c.is_finite() && *c >= 0.0)
 }
 
-/// The agent's result report: `None` when absent or unreadable,
+/// The agent's result report: `None` when not a report,
 /// `Some(Ok(summary))` on success, `Some(Err(reason))` on reported failure.
-fn read_result_file(path: &Path) -> Option<Result<Option<String>, String>> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+fn read_result_file(bytes: &[u8]) -> Option<Result<Option<String>, String>> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
     match v.get("success").and_then(|s| s.as_bool()) {
         Some(true) => Some(Ok(v.get("summary").and_then(|s| s.as_str()).map(str::to_owned))),
         Some(false) => Some(Err(v
@@ -336,17 +390,31 @@ mod tests {
 
     #[test]
     fn result_files_say_success_summary_or_reason() {
+        assert_eq!(read_result_file(b"not json"), None);
+        let report = br#"{"success": true, "summary": "done", "cost_usd": 0.25}"#;
+        assert_eq!(read_result_file(report), Some(Ok(Some("done".into()))));
+        assert_eq!(result_cost(report), Some(0.25));
+        assert_eq!(read_result_file(br#"{"success": false, "reason": "  "}"#), Some(Err("no reason given".into())));
+        assert_eq!(read_result_file(br#"{"cost_usd": -1}"#), None);
+        assert_eq!(result_cost(br#"{"cost_usd": -1}"#), None);
+    }
+
+    #[test]
+    fn result_files_are_read_within_a_limit_and_never_through_a_link_or_fifo() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("result.json");
-        assert_eq!(read_result_file(&f), None);
-        std::fs::write(&f, r#"{"success": true, "summary": "done", "cost_usd": 0.25}"#).unwrap();
-        assert_eq!(read_result_file(&f), Some(Ok(Some("done".into()))));
-        assert_eq!(result_cost(&f), Some(0.25));
-        std::fs::write(&f, r#"{"success": false, "reason": "  "}"#).unwrap();
-        assert_eq!(read_result_file(&f), Some(Err("no reason given".into())));
-        std::fs::write(&f, r#"{"cost_usd": -1}"#).unwrap();
-        assert_eq!(read_result_file(&f), None);
-        assert_eq!(result_cost(&f), None);
+        assert!(matches!(read_result_bytes(&f), ResultBytes::Absent));
+        std::fs::write(&f, "{}").unwrap();
+        assert!(matches!(read_result_bytes(&f), ResultBytes::Read(b) if b == b"{}"));
+        // A sparse file of 2 GiB: its size says enough.
+        std::fs::File::create(&f).unwrap().set_len(2 << 30).unwrap();
+        assert!(matches!(read_result_bytes(&f), ResultBytes::TooLarge(n) if n == 2 << 30));
+        std::fs::remove_file(&f).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", &f).unwrap();
+        assert!(matches!(read_result_bytes(&f), ResultBytes::Absent));
+        std::fs::remove_file(&f).unwrap();
+        nix::unistd::mkfifo(&f, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        assert!(matches!(read_result_bytes(&f), ResultBytes::Absent), "a fifo would block");
     }
 
     #[test]

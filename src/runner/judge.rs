@@ -90,6 +90,12 @@ impl TaskContext<'_> {
                 });
             }
         }
+        // Findings name paths and symlink targets the agent chose: never
+        // a secret's value, in the feedback or the records.
+        for f in &mut review.findings {
+            f.message = redactor.redact(&f.message);
+            f.path = f.path.as_deref().map(|p| redactor.redact(p));
+        }
         review
     }
 }

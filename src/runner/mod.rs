@@ -187,6 +187,8 @@ impl Runner {
         let mut cmd = cmd.clone();
         let (k, v) = crate::sandbox::WRAPPER_ENV;
         cmd.env.push((k.into(), v.into()));
+        // How much of its output its transcript keeps (SPEC 2 `limits`).
+        cmd.transcript_limit = self.plan.project.config.limits.transcript;
         let f = crate::process::run(&cmd, &self.redactor, &self.cancel)?;
         if self.mode == Mode::Overlay
             && f.outcome == crate::process::Outcome::Exited(crate::sandbox::SETUP_FAILED)

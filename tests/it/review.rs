@@ -1,13 +1,14 @@
 //! What the review rejects as security issues (SPEC 3.5), proven by
 //! `cassist run` with small hostile agents, in both workspace modes:
 //! cassist's own files, special files and mode bits, symlinks leaving the
-//! project, names that are not UTF-8, files and changes over `limits`.
-//! Each attack must fail with a clear reason and leave the user's tree
-//! (and the store) as it was.
+//! project, names that are not UTF-8, files and changes over `limits`;
+//! and what is recorded of a run: transcripts capped, the result file
+//! redacted before it is stored. Each attack must fail with a clear
+//! reason and leave the user's tree (and the store) as it was.
 
 use serde_json::Value;
 
-use crate::support::{Project, Test, assert_same_tree, files_under, in_both_modes};
+use crate::support::{Project, Test, assert_same_tree, contains_bytes, files_under, in_both_modes};
 
 /// A project whose task `t` is done by the agent `hostile`, running
 /// `script` with `sh -c` in its workspace; `config` is added to
@@ -169,3 +170,84 @@ fn limits_of_the_config_are_applied(mode: &[(&str, &str)]) {
 }
 
 in_both_modes!(limits_of_the_config_are_applied: limits_of_the_config_overlay, limits_of_the_config_copy);
+
+// ---------------------------------------------------------------------------
+// What is recorded
+
+/// A transcript keeps the first and the last half of its limit, with a
+/// marker saying how much was cut.
+#[test]
+fn transcripts_are_capped_head_and_tail() {
+    let p = project(
+        "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo the-end; echo ok > src/ok.txt\n",
+        "limits {\n    transcript \"1MiB\"\n}\n",
+        &[],
+    );
+    let done = p.run(&[]).exec();
+    assert_eq!(done.task("t")["state"], "passed");
+    let transcript = std::fs::read(p.records("t").join("transcript-1.log")).unwrap();
+    let total = 3_000_000 + "\nthe-end\n".len();
+    let marker = format!("\n[cassist: {} bytes cut]\n", total - (1 << 20));
+    assert_eq!(transcript.len(), (1 << 20) + marker.len());
+    assert!(transcript.starts_with(&[b'x'; 1000]));
+    assert!(contains_bytes(&transcript, marker.as_bytes()));
+    assert!(transcript.ends_with(b"x\nthe-end\n"));
+}
+
+/// The agent writes a secret of the environment into its result file,
+/// as it is and with JSON escapes: neither reaches `.cassist/runs` or the
+/// store.
+fn result_file_is_redacted_before_it_is_stored(mode: &[(&str, &str)]) {
+    let secret = "tok-0123456789abcdef";
+    let script = r#"cat > /dev/null
+escaped="\\u0074ok-0123456789abcdef"
+printf '{"success": true, "summary": "done", "token": "%s", "escaped": "%s"}' "$MY_SERVICE_TOKEN" "$escaped" > "$CASSIST_RESULT_FILE"
+echo ok > src/ok.txt
+"#;
+    let p = Test::trusted()
+        .kdl(&format!(
+            "agent \"hostile\" {{\n    command \"sh\" \"-c\" {script:?}\n    pass-env \"MY_SERVICE_TOKEN\"\n}}\n"
+        ))
+        .tasks("task \"t\" {\n    goal \"Do the task.\"\n    agent \"hostile\"\n}\n")
+        .file("src/app.py", "print('hi')\n")
+        .git()
+        .build();
+    let done = p.run(&[]).envs(mode).env("MY_SERVICE_TOKEN", secret).exec();
+    assert_eq!(done.task("t")["state"], "passed");
+    let recorded: Value = serde_json::from_str(&p.record("t", "result-1.json")).unwrap();
+    assert_eq!((recorded["token"].as_str(), recorded["escaped"].as_str()), (Some("[REDACTED]"), Some("[REDACTED]")));
+    assert_eq!(recorded["summary"], "done");
+    let files = files_under(&p.path().join(".cassist"));
+    assert!(files.iter().any(|(f, _)| f.to_string_lossy().contains("/store/objects/")), "{files:?}");
+    for (path, bytes) in &files {
+        assert!(!contains_bytes(bytes, secret.as_bytes()), "the secret is in {}", path.display());
+        assert!(!contains_bytes(bytes, b"\\u0074ok-0123456789abcdef"), "the escaped secret is in {}", path.display());
+    }
+}
+
+in_both_modes!(result_file_is_redacted_before_it_is_stored: result_file_redacted_overlay, result_file_redacted_copy);
+
+/// A symlink whose target is a secret of the environment: rejected, and
+/// the findings that name the target never record it.
+#[test]
+fn a_secret_named_by_a_finding_is_never_recorded() {
+    let secret = "tok-0123456789abcdef";
+    let script = "cat > /dev/null\nln -s \"/$MY_SERVICE_TOKEN\" src/leak\n";
+    let p = Test::trusted()
+        .kdl(&format!(
+            "agent \"hostile\" {{\n    command \"sh\" \"-c\" {script:?}\n    pass-env \"MY_SERVICE_TOKEN\"\n}}\n"
+        ))
+        .tasks("task \"t\" {\n    goal \"Do the task.\"\n    agent \"hostile\"\n    max-iterations 1\n}\n")
+        .file("src/app.py", "print('hi')\n")
+        .git()
+        .build();
+    let done = p.run(&[]).env("MY_SERVICE_TOKEN", secret).status(1).exec();
+    let reason = done.task("t")["reason"].as_str().unwrap().to_owned();
+    assert!(reason.contains("src/leak is a symlink to /[REDACTED]"), "{reason}");
+    for (path, bytes) in files_under(&p.path().join(".cassist")) {
+        assert!(!contains_bytes(&bytes, secret.as_bytes()), "the secret is in {}", path.display());
+    }
+    for text in [&done.stdout, &done.stderr, &done.report] {
+        assert!(!text.contains(secret), "{text}");
+    }
+}
