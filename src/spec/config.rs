@@ -13,7 +13,7 @@ use super::diag::{Diagnostics, SourceFile, Spanned, SpecDiagnostic, parse_source
 use super::reader::{DiagExt, Once, Reader, type_name};
 use super::task::{check_path_pattern, read_max_cost, read_positive_int};
 use super::types::SandboxLevel;
-use crate::limits::{Limits, SizeError, UNITS, parse_size, unit_hint};
+use crate::limits::Limits;
 
 /// The built-in agents, in the order they are listed (their adapters are
 /// in the agent module).
@@ -318,56 +318,8 @@ fn read_limits(r: &mut Reader<'_>, node: &KdlNode, limits: &mut Limits) {
         };
         let example = format!("{name} \"16MiB\"");
         let Some(entry) = r.single(child, &example) else { continue };
-        if let Some(size) = read_size(r, name, entry) {
+        if let Some(size) = r.size(name, entry) {
             *field = size;
-        }
-    }
-}
-
-/// A size value (`"16MiB"`, `"500KB"`), or a diagnostic pointing at it.
-fn read_size(r: &mut Reader<'_>, node_name: &str, entry: &kdl::KdlEntry) -> Option<u64> {
-    const HELP: &str = "write a size like \"16MiB\" or \"500KB\" (units: B, KiB, MiB, GiB, KB, MB, GB)";
-    let text = match entry.value() {
-        KdlValue::String(s) => s,
-        KdlValue::Integer(n) => {
-            r.error(
-                "bad-size",
-                format!("`{node_name}` expects a size string, found the number {n}"),
-                entry.span(),
-                "missing unit",
-            )
-            .set_help(format!("write the unit: \"{n}MiB\" or \"{n}KiB\""));
-            return None;
-        }
-        other => {
-            r.error(
-                "bad-size",
-                format!("`{node_name}` expects a size string, found {}", type_name(other)),
-                entry.span(),
-                "not a size",
-            )
-            .set_help(HELP);
-            return None;
-        }
-    };
-    match parse_size(text) {
-        Ok(size) => Some(size),
-        Err(e) => {
-            let help = match &e {
-                SizeError::UnknownUnit(unit) => {
-                    let units: Vec<&str> = UNITS.iter().map(|(u, _)| *u).collect();
-                    unit_hint(unit).unwrap_or_else(|| suggestion(unit, &units))
-                }
-                _ => HELP.to_owned(),
-            };
-            let label = match e {
-                SizeError::UnknownUnit(_) => "unknown unit",
-                SizeError::Zero => "must be larger than zero",
-                _ => "not a size",
-            };
-            r.error("bad-size", format!("invalid size `{text}` for `{node_name}`: {e}"), entry.span(), label)
-                .set_help(help);
-            None
         }
     }
 }

@@ -11,6 +11,7 @@ use miette::SourceSpan;
 
 use super::diag::{Diagnostics, SourceFile, Spanned, SpecDiagnostic, suggestion};
 use super::duration::parse_duration;
+use crate::limits::{SizeError, UNITS, parse_size, unit_hint};
 
 /// Reads nodes of one file, collecting diagnostics.
 pub struct Reader<'a> {
@@ -213,6 +214,54 @@ impl<'a> Reader<'a> {
                     "not a duration",
                 )
                 .set_help("write a duration like \"90s\", \"3m\" or \"1h30m\"");
+                None
+            }
+        }
+    }
+
+    /// A size value (`"16MiB"`, `"500KB"`), or a diagnostic pointing at it.
+    pub fn size(&mut self, node_name: &str, entry: &KdlEntry) -> Option<u64> {
+        const HELP: &str = "write a size like \"16MiB\" or \"500KB\" (units: B, KiB, MiB, GiB, KB, MB, GB)";
+        let text = match entry.value() {
+            KdlValue::String(s) => s,
+            KdlValue::Integer(n) => {
+                self.error(
+                    "bad-size",
+                    format!("`{node_name}` expects a size string, found the number {n}"),
+                    entry.span(),
+                    "missing unit",
+                )
+                .set_help(format!("write the unit: \"{n}MiB\" or \"{n}KiB\""));
+                return None;
+            }
+            other => {
+                self.error(
+                    "bad-size",
+                    format!("`{node_name}` expects a size string, found {}", type_name(other)),
+                    entry.span(),
+                    "not a size",
+                )
+                .set_help(HELP);
+                return None;
+            }
+        };
+        match parse_size(text) {
+            Ok(size) => Some(size),
+            Err(e) => {
+                let help = match &e {
+                    SizeError::UnknownUnit(unit) => {
+                        let units: Vec<&str> = UNITS.iter().map(|(u, _)| *u).collect();
+                        unit_hint(unit).unwrap_or_else(|| suggestion(unit, &units))
+                    }
+                    _ => HELP.to_owned(),
+                };
+                let label = match e {
+                    SizeError::UnknownUnit(_) => "unknown unit",
+                    SizeError::Zero => "must be larger than zero",
+                    _ => "not a size",
+                };
+                self.error("bad-size", format!("invalid size `{text}` for `{node_name}`: {e}"), entry.span(), label)
+                    .set_help(help);
                 None
             }
         }
