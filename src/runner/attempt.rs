@@ -106,7 +106,8 @@ impl TaskContext<'_> {
             io,
         };
         let _ = std::fs::remove_file(&files.result);
-        std::fs::write(&files.prompt, prompt).map_err(|e| Failure::failed(format!("cannot write the prompt: {e}")))?;
+        write_new(&files.prompt, prompt.as_bytes())
+            .map_err(|e| Failure::failed(format!("cannot write the prompt: {e}")))?;
         let _ = std::fs::write(self.record.join(format!("prompt-{attempt}.md")), self.runner.redactor.redact(prompt));
         Ok(files)
     }
@@ -317,6 +318,20 @@ fn agent_env(inv: &Invocation, req: &Request<'_>, subtask: &str, files: &RunFile
     invoke::environment(&inv.pass_env, &extra)
 }
 
+/// Writes `bytes` to a new file at `path`, replacing what is there: never
+/// through a symlink an agent put in its place (its io folder is writable
+/// to it).
+fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
+    f.write_all(bytes)
+}
+
 /// Most bytes of a result file that are read: a report is a few lines.
 const RESULT_LIMIT: u64 = 1 << 20;
 
@@ -415,6 +430,19 @@ mod tests {
         std::fs::remove_file(&f).unwrap();
         nix::unistd::mkfifo(&f, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
         assert!(matches!(read_result_bytes(&f), ResultBytes::Absent), "a fifo would block");
+    }
+
+    #[test]
+    fn prompts_are_never_written_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("bashrc");
+        std::fs::write(&victim, "the user's\n").unwrap();
+        let prompt = dir.path().join("prompt-2.md");
+        std::os::unix::fs::symlink(&victim, &prompt).unwrap();
+        write_new(&prompt, b"# Goal\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the user's\n");
+        assert!(std::fs::symlink_metadata(&prompt).unwrap().is_file());
+        assert_eq!(std::fs::read_to_string(&prompt).unwrap(), "# Goal\n");
     }
 
     #[test]

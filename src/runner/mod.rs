@@ -259,6 +259,9 @@ impl Runner {
         result.record_dir = Some(record.clone());
         let report = &mut result.end.report;
         report.duration_ms = start.elapsed().as_millis() as u64;
+        // Paths are the agent's choice: a file named after a secret is
+        // rejected, and its name reported redacted.
+        redact_paths(&self.redactor, &mut report.changed_files, &mut report.subtasks);
         if let Some(s) = &report.summary {
             report.summary = Some(truncate_chars(s, SUMMARY_LIMIT));
         }
@@ -277,6 +280,16 @@ impl Runner {
             .map_err(|e| Failure::failed(format!("cannot create the workspace: {e}")))?;
         ws.limits = self.plan.project.config.limits;
         Ok(ws)
+    }
+}
+
+/// Redacts the changed files of a report and of its subtasks.
+fn redact_paths(redactor: &Redactor, files: &mut [String], subtasks: &mut [crate::event::SubtaskReport]) {
+    for f in files.iter_mut() {
+        *f = redactor.redact(f);
+    }
+    for s in subtasks {
+        redact_paths(redactor, &mut s.changed_files, &mut s.subtasks);
     }
 }
 

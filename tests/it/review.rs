@@ -227,12 +227,13 @@ echo ok > src/ok.txt
 
 in_both_modes!(result_file_is_redacted_before_it_is_stored: result_file_redacted_overlay, result_file_redacted_copy);
 
-/// A symlink whose target is a secret of the environment: rejected, and
-/// the findings that name the target never record it.
+/// A symlink whose target is a secret of the environment, and a file
+/// named after it: rejected, and neither the findings nor the report that
+/// name them record the secret.
 #[test]
 fn a_secret_named_by_a_finding_is_never_recorded() {
     let secret = "tok-0123456789abcdef";
-    let script = "cat > /dev/null\nln -s \"/$MY_SERVICE_TOKEN\" src/leak\n";
+    let script = "cat > /dev/null\nln -s \"/$MY_SERVICE_TOKEN\" src/leak\necho x > \"src/$MY_SERVICE_TOKEN.txt\"\n";
     let p = Test::trusted()
         .kdl(&format!(
             "agent \"hostile\" {{\n    command \"sh\" \"-c\" {script:?}\n    pass-env \"MY_SERVICE_TOKEN\"\n}}\n"
@@ -242,8 +243,14 @@ fn a_secret_named_by_a_finding_is_never_recorded() {
         .git()
         .build();
     let done = p.run(&[]).env("MY_SERVICE_TOKEN", secret).status(1).exec();
-    let reason = done.task("t")["reason"].as_str().unwrap().to_owned();
+    let t = done.task("t");
+    let reason = t["reason"].as_str().unwrap().to_owned();
     assert!(reason.contains("src/leak is a symlink to /[REDACTED]"), "{reason}");
+    let mut changed = crate::support::strings(&t["changed_files"]);
+    changed.sort();
+    assert_eq!(changed, ["src/[REDACTED].txt", "src/leak"]);
+    let review = p.record("t", "review-1.json");
+    assert!(review.contains("the name of src/[REDACTED].txt holds the value of a secret"), "{review}");
     for (path, bytes) in files_under(&p.path().join(".cassist")) {
         assert!(!contains_bytes(&bytes, secret.as_bytes()), "the secret is in {}", path.display());
     }
