@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -90,6 +90,7 @@ both_modes!(
     own_folders_are_changes,
     hostile_entries_are_read_safely_and_never_integrated,
     set_bits_on_an_unchanged_file_are_a_change,
+    special_files_of_the_project_are_left_alone,
 );
 
 const GITIGNORE: &str = "__pycache__/\n*.log\n/target/\n";
@@ -628,6 +629,19 @@ echo ok > ok.txt
     };
     ws.integrate(&safe).expect("integrate the safe part");
     assert_eq!(std::fs::read_link(f.path().join("d/fine")).unwrap(), Path::new("../src/lib.rs"));
+}
+
+/// A fifo in the user's project (a reader that opens it blocks): making the
+/// workspace and reading its change never open it, and it is no change.
+fn special_files_of_the_project_are_left_alone(mode: Mode) {
+    let f = fixture(true);
+    nix::unistd::mkfifo(&f.path().join("src/ctl.fifo"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let mut ws = workspace(&f, mode);
+    run_ok(&ws, "echo x > src/x.rs");
+    let cs = ws.changes().unwrap();
+    assert_eq!(cs.paths(), ["src/x.rs"], "change set:\n  {}", describe(&cs));
+    ws.integrate(&cs).expect("integrate");
+    assert!(std::fs::symlink_metadata(f.path().join("src/ctl.fifo")).unwrap().file_type().is_fifo());
 }
 
 /// A setuid bit set on a file whose bytes stay the same is a change (the
