@@ -76,28 +76,28 @@ impl TaskContext<'_> {
         // written into a file, is a leak whatever its shape.
         let redactor = &self.runner.redactor;
         for c in &changes.changes {
-            if redactor.contains_secret(c.path.as_bytes()) {
-                review.findings.push(review::Finding {
-                    rule: review::Rule::Secret,
-                    severity: review::Severity::Reject,
-                    path: Some(c.path.clone()),
-                    message: format!(
-                        "the name of {} holds the value of a secret environment variable: rename it",
-                        c.path
-                    ),
-                });
-            }
-            if c.new.as_deref().is_some_and(|b| redactor.contains_secret(b))
-                && !c.old.as_deref().is_some_and(|b| redactor.contains_secret(b))
-            {
-                review.findings.push(review::Finding {
-                    rule: review::Rule::Secret,
-                    severity: review::Severity::Reject,
-                    path: Some(c.path.clone()),
-                    message: format!(
+            let in_name = redactor.contains_secret(c.path.as_bytes());
+            let in_content = c.new.as_deref().is_some_and(|b| redactor.contains_secret(b))
+                && !c.old.as_deref().is_some_and(|b| redactor.contains_secret(b));
+            let messages = [
+                (
+                    in_name,
+                    format!("the name of {} holds the value of a secret environment variable: rename it", c.path),
+                ),
+                (
+                    in_content,
+                    format!(
                         "the value of a secret environment variable was written into {}: remove it and read the value from the environment instead",
                         c.path
                     ),
+                ),
+            ];
+            for (_, message) in messages.into_iter().filter(|(found, _)| *found) {
+                review.findings.push(review::Finding {
+                    rule: review::Rule::Secret,
+                    severity: review::Severity::Reject,
+                    path: Some(c.path.clone()),
+                    message,
                 });
             }
         }
