@@ -8,6 +8,7 @@
 mod support;
 
 mod agents;
+mod attacks;
 mod cache;
 mod cli;
 mod demo;

@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -18,7 +17,7 @@ use serde_json::Value;
 use crate::support::in_both_modes;
 use crate::support::{
     COPY, Project, Sandbox, Test, assert_no_temp_files, assert_same_tree, contains_bytes, files_under, processes_with,
-    sandbox_or_skip, section, signal, strings, unique_marker, workspaces_in,
+    run_measured, sandbox_or_skip, section, signal, strings, unique_marker, workspaces_in,
 };
 
 const HELLO_TASK: &str = r##"task "add-hello" {
@@ -510,23 +509,6 @@ fn secret_value_never_appears_under_dot_cassist() {
 
 // ---------------------------------------------------------------------------
 // 11. A flood of output
-
-/// Runs `cmd` to its end and returns its status and peak RSS in KiB: the
-/// `ru_maxrss` wait4(2) reports for this child (its own peak, or that of a
-/// descendant it reaped, whichever is larger), not the whole test process's
-/// RUSAGE_CHILDREN, which other tests' children share.
-fn run_measured(mut cmd: Command) -> (ExitStatus, i64) {
-    use std::os::unix::process::ExitStatusExt;
-    let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    let pid = child.id() as libc::pid_t;
-    let mut status: libc::c_int = 0;
-    // SAFETY: a zeroed rusage is valid; wait4 on our own child's pid.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
-    std::mem::forget(child); // reaped already
-    (ExitStatus::from_raw(status), usage.ru_maxrss)
-}
 
 #[test]
 fn agent_printing_a_gigabyte_does_not_grow_cassist() {

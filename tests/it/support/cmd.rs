@@ -39,6 +39,8 @@ pub struct Cmd {
     cwd: PathBuf,
     args: Vec<OsString>,
     env: BTreeMap<OsString, Option<OsString>>,
+    /// Started as the leader of a process group of its own.
+    own_group: bool,
     expect: Expect,
 }
 
@@ -54,7 +56,7 @@ impl Cmd {
             files: Vec::new(),
             label: String::new(),
         };
-        let mut cmd = Cmd { cwd: root.to_path_buf(), args: Vec::new(), env: BTreeMap::new(), expect };
+        let mut cmd = Cmd { cwd: root.to_path_buf(), args: Vec::new(), env: BTreeMap::new(), own_group: false, expect };
         cmd.args(args).env("PATH", std::env::var_os("PATH").unwrap_or_default()).env("NO_COLOR", "1");
         cmd
     }
@@ -96,6 +98,13 @@ impl Cmd {
         let mut path: Vec<PathBuf> = dirs.iter().map(|d| d.to_path_buf()).collect();
         path.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
         self.env("PATH", std::env::join_paths(path).unwrap())
+    }
+
+    /// Starts it as the leader of a process group of its own (not in the
+    /// test's), for a test whose agents signal cassist's group.
+    pub fn own_process_group(&mut self) -> &mut Cmd {
+        self.own_group = true;
+        self
     }
 
     /// Runs in `dir` instead of the project folder.
@@ -183,6 +192,9 @@ impl Cmd {
             cmd.arg(CASSIST);
         }
         cmd.args(&self.args).current_dir(&self.cwd).env_clear().stdin(Stdio::null());
+        if self.own_group {
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        }
         for (k, v) in &self.env {
             if let Some(v) = v {
                 cmd.env(k, v);
@@ -233,8 +245,50 @@ _, status = os.waitpid(pid, 0)
 sys.stdout.buffer.write(out)
 sys.exit(os.waitstatus_to_exitcode(status))
 "#;
+        self.run_python(PTY)
+    }
+
+    /// Runs it from a user's interactive shell on a pseudo-terminal: the
+    /// terminal's session leader runs cassist, then, as a shell reading its
+    /// next command line would, runs every line typed on the terminal
+    /// within a second after cassist ended (saying `[shell runs: LINE]`).
+    /// Exits like cassist; stdout is everything written to the terminal.
+    #[track_caller]
+    pub fn on_tty_in_shell(&self) -> Output {
+        const SHELL: &str = r#"
+import os, pty, select, subprocess, sys
+pid, fd = pty.fork()
+if pid == 0:
+    code = subprocess.call(sys.argv[1:])
+    print("[cassist exited %d]" % code, flush=True)
+    while select.select([0], [], [], 1.0)[0]:
+        line = os.read(0, 4096).decode(errors="replace").strip()
+        if not line:
+            break
+        print("[shell runs: %s]" % line, flush=True)
+        subprocess.call(["sh", "-c", line])
+    os._exit(code if code >= 0 else 128 - code)
+out = b""
+while True:
+    try:
+        chunk = os.read(fd, 65536)
+    except OSError:
+        break
+    if not chunk:
+        break
+    out += chunk
+_, status = os.waitpid(pid, 0)
+sys.stdout.buffer.write(out)
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+        self.run_python(SHELL)
+    }
+
+    /// `python3 -c SCRIPT cassist ARGS`, checked as the command.
+    #[track_caller]
+    fn run_python(&self, script: &str) -> Output {
         let started = Instant::now();
-        let prefix = [OsStr::new("python3"), OsStr::new("-c"), OsStr::new(PTY)];
+        let prefix = [OsStr::new("python3"), OsStr::new("-c"), OsStr::new(script)];
         let out = self.command_with(&prefix).output().expect("run python3");
         let output = Output {
             status: out.status,
