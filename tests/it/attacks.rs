@@ -108,7 +108,8 @@ fn review_names(p: &Project, task: &str, attempt: u32, path: &str) -> bool {
 
 /// What a run may change only by integrating and recording a task: the
 /// user's tree (`.git/` included), `cassist.lock`, the store's entries and
-/// HOME, taken before the run.
+/// HOME (but `~/.cache`, the state folder agents may write, which holds the
+/// test's `out` folder), taken before the run.
 struct Before {
     tree: Tree,
     lock: Lock,
@@ -122,7 +123,7 @@ impl Before {
             tree: p.tree(),
             lock: Lock::load(p.path()).expect("cassist.lock reads"),
             entries: Store::open(p.path()).list().into_iter().map(|(e, _, _)| e.before).collect(),
-            home: snapshot(p.home(), &[]),
+            home: snapshot(p.home(), &[".cache"]),
         }
     }
 
@@ -194,7 +195,7 @@ impl Before {
         want.sort();
         assert_eq!(new, want, "the store's new entries (task, files)\n{log}");
 
-        assert_same_tree(&snapshot(p.home(), &[]), &self.home, &format!("HOME changed\n{log}"));
+        assert_same_tree(&snapshot(p.home(), &[".cache"]), &self.home, &format!("HOME changed\n{log}"));
         let planted: Vec<PathBuf> = walkdir::WalkDir::new(p.path())
             .into_iter()
             .flatten()
@@ -213,7 +214,7 @@ impl Before {
 
 const ESCAPE_CONFIG: &str = r#"trust "workspace-write"
 test "python3 src/app.py test"
-build "python3 src/app.py build home links owned"
+build "python3 src/app.py build home links"
 "#;
 
 const ESCAPE_TASK: &str = r#"// A code task (workspace-write: the project's trust). Its agent writes
@@ -280,6 +281,28 @@ fn code_run_by_acceptance_test_and_build_stays_confined(env: Env) {
 }
 
 in_both_modes!(code_run_by_acceptance_test_and_build_stays_confined: code_run_by_acceptance_test_and_build_cannot_get_out, code_run_by_acceptance_test_and_build_cannot_get_out_in_copy_mode);
+
+/// Items 1 and 6 together: the build command runs the agent's code in the
+/// user's own tree, after the review. It may write the project (its build
+/// outputs), but not cassist's own files: no raised trust in cassist.kdl,
+/// no new task file, no git hook, no .git/config, nothing in the store.
+fn build_cannot_rewrite_cassists_own_files(env: Env) {
+    if !sandboxed(env) {
+        return;
+    }
+    let config = "trust \"workspace-write\"\ntest #false\nbuild \"python3 src/app.py build owned\"\n";
+    let task = ESCAPE_TASK.replace("python3 src/app.py acceptance", "true");
+    let p = escape_project(config, &task, &[]);
+    let before = Before::take(&p);
+    let done =
+        p.run(&[]).envs(env).env("ATTACK_PROJECT", p.path()).env("ATTACK_MARKER", p.out_str()).any_status().exec();
+    let log = logs(&p, "escape");
+    assert!(log.contains("escape build: finished"), "the build did not run its attacks:\n{log}");
+    assert_eq!(done.task("escape")["state"], "passed", "{}", done.transcript());
+    before.assert_recorded(&p, &[("escape", &["src/app.py"])], &log);
+}
+
+in_both_modes!(build_cannot_rewrite_cassists_own_files: the_build_cannot_rewrite_cassists_own_files, the_build_cannot_rewrite_cassists_own_files_in_copy_mode);
 
 /// Item 1, without Landlock (a kernel without it, `CASSIST_LANDLOCK=off`):
 /// neither the agent nor acceptance can unmount the overlay (or unmount it
@@ -421,7 +444,7 @@ task "prowl" {{
         .tasks(&tasks)
         .file("src/a.txt", "a\n")
         .build();
-    let go = p.home().join("go");
+    let go = p.out().join("go");
     let before = Before::take(&p);
     let running = p
         .run(&["-j", "3"])
@@ -527,7 +550,10 @@ fn devices_and_shared_temp_folders_are_out_of_reach(env: Env) {
         Vec::<&str>::new(),
         "a block device opened for writing\n{log}"
     );
-    assert_eq!(got_through(&log), Vec::<&str>::new(), "{log}");
+    // Its own /tmp, /var/tmp and /dev/shm it may write: those are private
+    // (the files left on the machine are checked above).
+    let devices: Vec<&str> = got_through(&log).into_iter().filter(|l| !l.contains(": create /")).collect();
+    assert_eq!(devices, Vec::<&str>::new(), "{log}");
     assert_eq!(log.matches("devices: control: /dev/null writable").count(), 2, "/dev/null must stay writable:\n{log}");
     done.assert_code(0);
     assert_eq!(done.states().values().filter(|s| *s == "passed").count(), 2, "{}", done.transcript());
@@ -603,6 +629,9 @@ fn agents_cannot_touch_cassist(env: Env) {
     let connected = std::iter::from_fn(|| listener.accept().ok()).count();
     assert_eq!(connected, 0, "the abstract socket outside got connections\n{log}");
     assert_eq!(done.states().values().filter(|s| *s == "passed").count(), 2, "{}", done.transcript());
+    for name in ["sig-peek", "sig-poke"] {
+        assert_eq!(done.task(name)["attempts"], 1, "{}", done.transcript());
+    }
     for (path, bytes) in files_under(p.path()) {
         assert!(!contains_bytes(&bytes, reversed.as_bytes()), "cassist's hidden variable is in {}", path.display());
     }
