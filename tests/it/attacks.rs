@@ -32,8 +32,8 @@ use cassist::store::Store;
 
 use crate::support::in_both_modes;
 use crate::support::{
-    Project, Sandbox, Test, Tree, assert_same_tree, contains_bytes, files_under, processes_with, run_measured,
-    sandbox_or_skip, snapshot, strings, unique_marker, wait_until, write,
+    Project, Sandbox, Test, Tree, assert_same_tree, contains_bytes, files_under, processes_with, sandbox_or_skip,
+    snapshot, strings, unique_marker, wait_until, write,
 };
 
 type Env<'a> = &'a [(&'a str, &'a str)];
@@ -1081,7 +1081,7 @@ task "t" {
         .file("src/a.txt", "a\n")
         .build();
     let before = Before::take(&p);
-    let (status, maxrss_kib) = run_measured(p.run(&[]).envs(env).command());
+    let (status, maxrss_kib) = p.run(&[]).envs(env).peak_rss();
     let log = logs(&p, "t");
     eprintln!("a 2 GiB change ({}): cassist peak RSS {:.1} MiB", mode(env), maxrss_kib as f64 / 1024.0);
     assert_eq!(status.code(), Some(1), "{log}");

@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::support::in_both_modes;
 use crate::support::{
     COPY, Project, Sandbox, Test, assert_no_temp_files, assert_same_tree, contains_bytes, files_under, processes_with,
-    run_measured, sandbox_or_skip, section, signal, strings, unique_marker, workspaces_in,
+    sandbox_or_skip, section, signal, strings, unique_marker, workspaces_in,
 };
 
 const HELLO_TASK: &str = r##"task "add-hello" {
@@ -528,7 +528,7 @@ fn agent_printing_a_gigabyte_does_not_grow_cassist() {
     // redacting writer as in real use.
     let env = [("FAKE_BYTES", n.as_str()), ("SOME_API_KEY", "not-in-the-output-42")];
     let started = Instant::now();
-    let (status, maxrss_kib) = run_measured(p.run(&[]).envs(&env).command());
+    let (status, maxrss_kib) = p.run(&[]).envs(&env).peak_rss();
     eprintln!(
         "1 GB of agent output: cassist peak RSS {:.1} MiB, {:.1}s",
         maxrss_kib as f64 / 1024.0,

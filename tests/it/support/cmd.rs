@@ -284,6 +284,32 @@ sys.exit(os.waitstatus_to_exitcode(status))
         self.run_python(SHELL)
     }
 
+    /// Runs it to its end with stdout and stderr discarded; its exit status
+    /// and peak RSS in KiB (its own, or that of a descendant it reaped,
+    /// whichever is larger). Python forks the process that execs cassist:
+    /// a process forked from this test binary would start with the test's
+    /// own peak, which `ru_maxrss` keeps across exec.
+    pub fn peak_rss(&self) -> (ExitStatus, i64) {
+        const MEASURE: &str = r#"
+import os, sys
+pid = os.fork()
+if pid == 0:
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(usage.ru_maxrss, flush=True)
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"#;
+        let prefix = [OsStr::new("python3"), OsStr::new("-c"), OsStr::new(MEASURE)];
+        let out = self.command_with(&prefix).output().expect("run python3");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let kib = text.trim().parse().unwrap_or_else(|_| panic!("no peak RSS from python3: {text:?}"));
+        (out.status, kib)
+    }
+
     /// `python3 -c SCRIPT cassist ARGS`, checked as the command.
     #[track_caller]
     fn run_python(&self, script: &str) -> Output {

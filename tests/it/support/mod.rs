@@ -249,23 +249,6 @@ pub fn wait_with_limit(child: &mut Child, limit: Duration) -> ExitStatus {
     }
 }
 
-/// Runs `cmd` to its end and returns its status and peak RSS in KiB: the
-/// `ru_maxrss` wait4(2) reports for this child (its own peak, or that of a
-/// descendant it reaped, whichever is larger), not the whole test process's
-/// RUSAGE_CHILDREN, which other tests' children share.
-pub fn run_measured(mut cmd: Command) -> (ExitStatus, i64) {
-    use std::os::unix::process::ExitStatusExt;
-    let child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
-    let pid = child.id() as libc::pid_t;
-    let mut status: libc::c_int = 0;
-    // SAFETY: a zeroed rusage is valid; wait4 on our own child's pid.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
-    std::mem::forget(child); // reaped already
-    (ExitStatus::from_raw(status), usage.ru_maxrss)
-}
-
 /// Polls `what` every 20 ms until it holds; panics after `limit`.
 #[track_caller]
 pub fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
