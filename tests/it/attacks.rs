@@ -77,6 +77,15 @@ fn earlier_lock() -> String {
     Lock { tasks: BTreeMap::from([("earlier".to_owned(), entry)]) }.render()
 }
 
+/// A task file holding one code task `t` (workspace-write: the project's
+/// trust; one iteration) with `goal`, done by `agent`; `note` ends the
+/// comment that says so in the file.
+fn one_task(goal: &str, agent: &str, note: &str) -> String {
+    format!(
+        "// A code task (workspace-write){note}.\ntask \"t\" {{\n    goal {goal:?}\n    agent {agent:?}\n    max-iterations 1\n}}\n"
+    )
+}
+
 /// Every log cassist recorded for `task` (transcripts, acceptance, test,
 /// setup and build logs), each cut to its last 8 KB, for failure messages
 /// and for the lines the fixtures print.
@@ -736,14 +745,7 @@ fn own_files_are_not_the_agents(env: Env) {
     if !sandboxed(env) {
         return;
     }
-    let task = r#"// A code task (workspace-write) with the default scope: anything.
-task "t" {
-    goal "Tidy the project."
-    agent "owner"
-    max-iterations 1
-}
-"#;
-    let p = own_files_project(&[], task);
+    let p = own_files_project(&[], &one_task("Tidy the project.", "owner", " with the default scope: anything"));
     let before = Before::take(&p);
     let done = p.run(&[]).envs(env).status(1).exec();
     let log = logs(&p, "t");
@@ -822,15 +824,8 @@ task "glob" {
 /// (code, workspace-write, default scope), with src/tool.sh (0755) and
 /// README.md.
 fn special_project(kinds: &[&str]) -> Project {
-    let task = r#"// A code task (workspace-write) with the default scope.
-task "t" {
-    goal "Add the tools."
-    agent "special"
-    max-iterations 1
-}
-"#;
     let p = attacker(Test::trusted(), "special", "special.py", kinds, &["ATTACK_PROJECT"])
-        .tasks(task)
+        .tasks(&one_task("Add the tools.", "special", " with the default scope"))
         .file("README.md", "a project\n")
         .file("src/tool.sh", "#!/bin/sh\necho tool\n")
         .git()
@@ -951,16 +946,9 @@ fn integration_follows_no_symlink_of_the_tree(env: Env) {
     if !sandboxed(env) {
         return;
     }
-    let task = r#"// A code task (workspace-write).
-task "t" {
-    goal "Vendor the library."
-    agent "vendor"
-    max-iterations 1
-}
-"#;
     let p = Test::trusted()
         .sh_agent("vendor", "rm vendor && mkdir vendor && echo mine > vendor/lib.txt")
-        .tasks(task)
+        .tasks(&one_task("Vendor the library.", "vendor", ""))
         .file("src/a.txt", "a\n")
         .build();
     let outside = p.home().join("shared");
@@ -988,30 +976,38 @@ in_both_modes!(integration_follows_no_symlink_of_the_tree: integration_follows_n
 
 const SECRET: &str = "s3cr3t-result-value-7f41c9";
 
+/// A run of `result-secret.sh KIND` with [`SECRET`] in `MY_SERVICE_TOKEN`,
+/// ending with `status`: the project, what the run printed, what was
+/// there before and the task's logs. Wherever the attack got, the value is
+/// nowhere cassist printed, reported or recorded.
+fn secret_attack(kind: &str, status: i32) -> (Project, crate::support::Output, Before, String) {
+    let p = attacker(Test::trusted(), "leaky", "result-secret.sh", &[kind], &["MY_SERVICE_TOKEN"])
+        .tasks(&one_task("Use the service.", "leaky", ""))
+        .file("src/a.txt", "a\n")
+        .build();
+    let before = Before::take(&p);
+    let done = p.run(&[]).env("MY_SERVICE_TOKEN", SECRET).status(status).exec();
+    let log = logs(&p, "t");
+    assert!(log.contains("result-secret: done"), "the attack did not run:\n{log}");
+    for (path, bytes) in &files_under(&p.path().join(".cassist")) {
+        assert!(!contains_bytes(bytes, SECRET.as_bytes()), "the secret is in {}", path.display());
+        assert!(!path.to_string_lossy().contains(SECRET), "the secret is the name of {}", path.display());
+    }
+    for (what, text) in [("stdout", &done.stdout), ("stderr", &done.stderr), ("report", &done.report)] {
+        assert!(!text.contains(SECRET), "the secret is in {what}:\n{text}");
+    }
+    (p, done, before, log)
+}
+
 /// Item 8: the agent writes a pass-env secret into its result file (the
 /// summary and a field of its own). The task passes (its change is clean),
 /// and the value is nowhere: not in `.cassist/runs`, not in the store, not
 /// in the report.
 #[test]
 fn a_secret_in_the_result_file_is_never_stored() {
-    let task = r#"// A code task (workspace-write).
-task "t" {
-    goal "Use the service."
-    agent "leaky"
-    max-iterations 1
-}
-"#;
-    let p = attacker(Test::trusted(), "leaky", "result-secret.sh", &["result"], &["MY_SERVICE_TOKEN"])
-        .tasks(task)
-        .file("src/a.txt", "a\n")
-        .build();
-    let before = Before::take(&p);
-    let done = p.run(&[]).env("MY_SERVICE_TOKEN", SECRET).exec();
-    let log = logs(&p, "t");
-    assert!(log.contains("result-secret: done"), "{log}");
+    let (p, done, before, log) = secret_attack("result", 0);
     assert_eq!(done.task("t")["summary"], "done; the token is [REDACTED]");
     assert!(p.records("t").join("result-1.json").exists(), "the result file was not recorded");
-    assert_secret_nowhere(&p, &done);
     before.assert_recorded(&p, &[("t", &["src/result.txt"])], &log);
 }
 
@@ -1020,37 +1016,9 @@ task "t" {
 /// is rejected, and the value is nowhere.
 #[test]
 fn a_secret_in_a_file_name_is_never_stored() {
-    let task = r#"// A code task (workspace-write).
-task "t" {
-    goal "Use the service."
-    agent "leaky"
-    max-iterations 1
-}
-"#;
-    let p = attacker(Test::trusted(), "leaky", "result-secret.sh", &["name"], &["MY_SERVICE_TOKEN"])
-        .tasks(task)
-        .file("src/a.txt", "a\n")
-        .build();
-    let before = Before::take(&p);
-    let done = p.run(&[]).env("MY_SERVICE_TOKEN", SECRET).status(1).exec();
-    let log = logs(&p, "t");
-    assert!(log.contains("result-secret: done"), "{log}");
+    let (p, done, before, log) = secret_attack("name", 1);
     assert_eq!(done.task("t")["state"], "failed", "{}", done.transcript());
-    assert_secret_nowhere(&p, &done);
     before.assert_untouched(&p, &log);
-}
-
-/// [`SECRET`] is in no file under `.cassist/` (runs and store), in no file
-/// name there, and not in what cassist printed or reported.
-#[track_caller]
-fn assert_secret_nowhere(p: &Project, done: &crate::support::Output) {
-    for (path, bytes) in &files_under(&p.path().join(".cassist")) {
-        assert!(!contains_bytes(bytes, SECRET.as_bytes()), "the secret is in {}", path.display());
-        assert!(!path.to_string_lossy().contains(SECRET), "the secret is the name of {}", path.display());
-    }
-    for (what, text) in [("stdout", &done.stdout), ("stderr", &done.stderr), ("report", &done.report)] {
-        assert!(!text.contains(SECRET), "the secret is in {what}:\n{text}");
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1068,15 +1036,8 @@ fn huge_files_are_rejected_unread(env: Env) {
     if !sandboxed(env) {
         return;
     }
-    let task = r#"// A code task (workspace-write) under the default limits.
-task "t" {
-    goal "Add the data."
-    agent "big"
-    max-iterations 1
-}
-"#;
     let p = attacker(Test::trusted(), "big", "sizes.sh", &["sparse", "grow"], &[])
-        .tasks(task)
+        .tasks(&one_task("Add the data.", "big", " under the default limits"))
         .file("src/a.txt", "a\n")
         .build();
     let before = Before::take(&p);
@@ -1102,16 +1063,9 @@ in_both_modes!(huge_files_are_rejected_unread: a_sparse_two_gigabyte_file_is_rej
 /// rejected.
 #[test]
 fn a_change_over_the_change_size_is_rejected() {
-    let task = r#"// A code task (workspace-write) under small limits (cassist.kdl).
-task "t" {
-    goal "Add the data."
-    agent "many"
-    max-iterations 1
-}
-"#;
     let p = attacker(Test::trusted(), "many", "sizes.sh", &["many"], &["ATTACK_SIZE", "ATTACK_FILES"])
         .kdl("limits {\n    file-size \"1MiB\"\n    change-size \"3MiB\"\n}\n")
-        .tasks(task)
+        .tasks(&one_task("Add the data.", "many", " under small limits (cassist.kdl)"))
         .file("src/a.txt", "a\n")
         .build();
     let before = Before::take(&p);
@@ -1174,17 +1128,8 @@ fn no_fd_leaks_into_the_command(env: Env) {
     if !sandboxed(env) {
         return;
     }
-    let task = r#"// A code task (workspace-write).
-task "t" {
-    goal "Write src/pipe.txt."
-    agent "pipe"
-    scope {
-        path "src/**"
-    }
-}
-"#;
     let p = attacker(Test::trusted(), "pipe", "report-pipe.py", &[], &["ATTACK_OUTSIDE_FDS"])
-        .tasks(task)
+        .tasks(&one_task("Write src/pipe.txt.", "pipe", ""))
         .file("src/a.txt", "a\n")
         .build();
     // What this test process inherited itself (from cargo, a shell, a CI
@@ -1216,14 +1161,10 @@ fn a_result_file_that_is_a_fifo_blocks_nothing() {
     if !sandbox_or_skip(Sandbox::Landlock) {
         return;
     }
-    let task = r#"// A code task (workspace-write).
-task "t" {
-    goal "Write src/fifo-result.txt."
-    agent "fifo"
-    max-iterations 1
-}
-"#;
-    let p = attacker(Test::trusted(), "fifo", "result-fifo.sh", &[], &[]).tasks(task).file("src/a.txt", "a\n").build();
+    let p = attacker(Test::trusted(), "fifo", "result-fifo.sh", &[], &[])
+        .tasks(&one_task("Write src/fifo-result.txt.", "fifo", ""))
+        .file("src/a.txt", "a\n")
+        .build();
     let before = Before::take(&p);
     let done = p.run(&[]).any_status().spawn().finish_within(Duration::from_secs(120));
     let log = logs(&p, "t");

@@ -227,25 +227,7 @@ impl Cmd {
     /// need anyway); stdout is everything written to the terminal.
     #[track_caller]
     pub fn on_tty(&self) -> Output {
-        const PTY: &str = r#"
-import os, pty, sys
-pid, fd = pty.fork()
-if pid == 0:
-    os.execv(sys.argv[1], sys.argv[1:])
-out = b""
-while True:
-    try:
-        chunk = os.read(fd, 65536)
-    except OSError:
-        break
-    if not chunk:
-        break
-    out += chunk
-_, status = os.waitpid(pid, 0)
-sys.stdout.buffer.write(out)
-sys.exit(os.waitstatus_to_exitcode(status))
-"#;
-        self.run_python(PTY)
+        self.run_python(PTY, &["exec"])
     }
 
     /// Runs it from a user's interactive shell on a pseudo-terminal: the
@@ -255,33 +237,25 @@ sys.exit(os.waitstatus_to_exitcode(status))
     /// Exits like cassist; stdout is everything written to the terminal.
     #[track_caller]
     pub fn on_tty_in_shell(&self) -> Output {
-        const SHELL: &str = r#"
-import os, pty, select, subprocess, sys
-pid, fd = pty.fork()
-if pid == 0:
-    code = subprocess.call(sys.argv[1:])
-    print("[cassist exited %d]" % code, flush=True)
-    while select.select([0], [], [], 1.0)[0]:
-        line = os.read(0, 4096).decode(errors="replace").strip()
-        if not line:
-            break
-        print("[shell runs: %s]" % line, flush=True)
-        subprocess.call(["sh", "-c", line])
-    os._exit(code if code >= 0 else 128 - code)
-out = b""
-while True:
-    try:
-        chunk = os.read(fd, 65536)
-    except OSError:
-        break
-    if not chunk:
-        break
-    out += chunk
-_, status = os.waitpid(pid, 0)
-sys.stdout.buffer.write(out)
-sys.exit(os.waitstatus_to_exitcode(status))
-"#;
-        self.run_python(SHELL)
+        self.run_python(PTY, &["shell"])
+    }
+
+    /// `python3 -c SCRIPT ARGS... cassist ARGS`, checked as the command.
+    #[track_caller]
+    fn run_python(&self, script: &str, args: &[&str]) -> Output {
+        let started = Instant::now();
+        let mut prefix = vec![OsStr::new("python3"), OsStr::new("-c"), OsStr::new(script)];
+        prefix.extend(args.iter().map(OsStr::new));
+        let out = self.command_with(&prefix).output().expect("run python3");
+        let output = Output {
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            report: self.expect.read_report(),
+            elapsed: started.elapsed(),
+        };
+        self.expect.check(&output);
+        output
     }
 
     /// Runs it to its end with stdout and stderr discarded; its exit status
@@ -309,24 +283,41 @@ sys.exit(code if code >= 0 else 128 - code)
         let kib = text.trim().parse().unwrap_or_else(|_| panic!("no peak RSS from python3: {text:?}"));
         (out.status, kib)
     }
-
-    /// `python3 -c SCRIPT cassist ARGS`, checked as the command.
-    #[track_caller]
-    fn run_python(&self, script: &str) -> Output {
-        let started = Instant::now();
-        let prefix = [OsStr::new("python3"), OsStr::new("-c"), OsStr::new(script)];
-        let out = self.command_with(&prefix).output().expect("run python3");
-        let output = Output {
-            status: out.status,
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            report: self.expect.read_report(),
-            elapsed: started.elapsed(),
-        };
-        self.expect.check(&output);
-        output
-    }
 }
+
+/// Python's `pty` running `MODE PROGRAM ARGS...` on a new terminal and
+/// printing all it wrote there: `exec` runs the program as the terminal's
+/// session leader; `shell` runs it from a session leader that then, like a
+/// shell, runs each line typed on the terminal within a second.
+const PTY: &str = r#"
+import os, pty, select, subprocess, sys
+mode, argv = sys.argv[1], sys.argv[2:]
+pid, fd = pty.fork()
+if pid == 0:
+    if mode == "exec":
+        os.execv(argv[0], argv)
+    code = subprocess.call(argv)
+    print("[cassist exited %d]" % code, flush=True)
+    while select.select([0], [], [], 1.0)[0]:
+        line = os.read(0, 4096).decode(errors="replace").strip()
+        if not line:
+            break
+        print("[shell runs: %s]" % line, flush=True)
+        subprocess.call(["sh", "-c", line])
+    os._exit(code if code >= 0 else 128 - code)
+out = b""
+while True:
+    try:
+        chunk = os.read(fd, 65536)
+    except OSError:
+        break
+    if not chunk:
+        break
+    out += chunk
+_, status = os.waitpid(pid, 0)
+sys.stdout.buffer.write(out)
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
 
 /// What a command must end with.
 #[derive(Clone)]
