@@ -37,7 +37,7 @@ use std::sync::OnceLock;
 use crate::changes::{Change, ChangeKind, ChangeSet};
 use crate::entry::{self, Kind, Reader, raw_path};
 use crate::limits::Limits;
-use crate::paths::{Stamp, is_reserved, project_files, workspace_walker};
+use crate::paths::{Stamp, is_reserved, is_reserved_name, project_files, workspace_walker};
 use crate::process;
 use crate::sandbox::{ExecSpec, Jail};
 
@@ -197,6 +197,16 @@ pub struct Workspace {
     /// What reading the change set may cost (SPEC 2 `limits`).
     pub limits: Limits,
     keep: bool,
+    /// The task's name (what a kept workspace's marker names).
+    name: String,
+    /// The files the task's scope names literally: part of the change
+    /// even when `.gitignore` ignores them ([`name_literally`](Self::name_literally)).
+    literals: Vec<String>,
+    /// Ignored entries the agent wrote, as the last
+    /// [`changes`](Self::changes) found them (a folder ends with `/`).
+    ignored: Vec<String>,
+    /// Copy mode: the ignored entries setup left (not the agent's).
+    setup_ignored: std::collections::HashSet<String>,
 }
 
 impl Workspace {
@@ -227,6 +237,10 @@ impl Workspace {
             scratch: false,
             limits: Limits::DEFAULT,
             keep: false,
+            name: name.to_owned(),
+            literals: Vec::new(),
+            ignored: Vec::new(),
+            setup_ignored: Default::default(),
         };
         match mode {
             Mode::Overlay => {
@@ -348,8 +362,72 @@ impl Workspace {
     pub fn setup_done(&mut self) -> std::io::Result<()> {
         if self.mode == Mode::Copy {
             self.copied = hash_files(&self.dir)?;
+            for rel in &self.literals {
+                let path = self.dir.join(rel);
+                if !self.copied.contains_key(rel)
+                    && plain_path(&self.dir, rel)
+                    && let Ok(meta) = std::fs::symlink_metadata(&path)
+                    && let Some(c) = copied_of(&path, &meta)?
+                {
+                    self.copied.insert(rel.clone(), c);
+                }
+            }
+            // What setup left that .gitignore ignores is not the agent's.
+            let ignore = IgnoreCheck::new(&self.root, vec![self.dir.clone()]);
+            self.setup_ignored = self.copy_ignored(&ignore).into_iter().collect();
         }
         Ok(())
+    }
+
+    /// The files the task's scope names literally (relative, normalized):
+    /// part of the change even when `.gitignore` ignores them; other
+    /// ignored files the agent writes are left out and named by
+    /// [`ignored`](Self::ignored). Called before anything runs in the
+    /// workspace: such a file the project has (ignored, so left out of
+    /// the walk) is part of the starting state, and copy mode copies it.
+    pub fn name_literally(&mut self, paths: &[String]) -> std::io::Result<()> {
+        self.literals = paths.iter().filter(|p| !p.is_empty() && !is_reserved(p)).cloned().collect();
+        for rel in self.literals.clone() {
+            let src = self.root.join(&rel);
+            if self.manifest.contains_key(&rel) || !plain_path(&self.root, &rel) {
+                continue;
+            }
+            let Ok(meta) = std::fs::symlink_metadata(&src) else { continue };
+            if !matches!(entry::kind(&meta), Kind::File | Kind::Symlink) {
+                continue;
+            }
+            self.manifest.insert(rel.clone(), Stamp::of(&meta));
+            if self.mode == Mode::Copy {
+                let dst = self.dir.join(&rel);
+                if let Some(parent) = dst.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                copy_entry(&src, &dst, &meta)?;
+                if let Some(c) = copied_of(&dst, &std::fs::symlink_metadata(&dst)?)? {
+                    self.copied.insert(rel, c);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the scope names `rel` literally.
+    fn is_literal(&self, rel: &Path) -> bool {
+        rel.to_str().is_some_and(|r| self.literals.iter().any(|l| l == r))
+    }
+
+    /// Whether the scope names literally a path below folder `rel`.
+    fn literal_below(&self, rel: &Path) -> bool {
+        rel.to_str().is_some_and(|r| {
+            self.literals.iter().any(|l| l.strip_prefix(r).is_some_and(|below| below.starts_with('/')))
+        })
+    }
+
+    /// Ignored entries the agent wrote, sorted, as the last
+    /// [`changes`](Self::changes) found them: not part of the change (a
+    /// folder, ending with `/`, stands for everything below it).
+    pub fn ignored(&self) -> &[String] {
+        &self.ignored
     }
 
     /// A folder outside the project for the prompt and result files of the
@@ -391,11 +469,21 @@ impl Workspace {
         };
         let ignore = IgnoreCheck::new(&self.root, layers);
         let mut reader = Reader::new(self.limits);
+        let mut ignored = Vec::new();
         match self.mode {
-            Mode::Overlay => self.overlay_changes(&mut reader, &ignore, &mut raw)?,
-            Mode::Copy => self.copy_changes(&mut reader, &mut raw)?,
+            Mode::Overlay => self.overlay_changes(&mut reader, &ignore, &mut raw, &mut ignored)?,
+            Mode::Copy => {
+                self.copy_changes(&mut reader, &mut raw)?;
+                ignored = self.copy_ignored(&ignore).into_iter().filter(|p| !self.setup_ignored.contains(p)).collect();
+            }
         }
-        raw.retain(|path, c| !self.placed.contains(path) && !ignore.ignored(&raw_path(c), false));
+        raw.retain(|path, c| {
+            let rel = raw_path(c);
+            !self.placed.contains(path) && (self.is_literal(&rel) || !ignore.ignored(&rel, false))
+        });
+        ignored.retain(|p| !self.placed.contains(p));
+        ignored.sort();
+        self.ignored = ignored;
         Ok(ChangeSet { changes: detect_renames(raw.into_values().collect()) })
     }
 
@@ -407,6 +495,7 @@ impl Workspace {
         reader: &mut Reader,
         ignore: &IgnoreCheck,
         out: &mut BTreeMap<String, Change>,
+        ignored: &mut Vec<String>,
     ) -> std::io::Result<()> {
         let upper = self.layer(Layer::Agent);
         let lower_dirs = self.lowers(Layer::Agent);
@@ -431,7 +520,10 @@ impl Workspace {
                 let below = lowers.path(&rel).and_then(|p| std::fs::symlink_metadata(&p).ok().map(|m| (p, m)));
                 let below_is_dir = below.as_ref().is_some_and(|(_, m)| m.is_dir());
                 if entry::kind(&meta) == Kind::Dir {
-                    if ignore.ignored(&rel, true) {
+                    // An ignored folder is named as a whole, unless the
+                    // scope names a file below it.
+                    if ignore.ignored(&rel, true) && !self.literal_below(&rel) {
+                        ignored.push(format!("{}/", entry::name(&rel).0));
                         continue;
                     }
                     // A file (or a symlink, never followed) replaced by a
@@ -459,14 +551,15 @@ impl Workspace {
                     }
                     continue;
                 }
-                if ignore.ignored(&rel, false) {
-                    continue;
-                }
                 let old = below.filter(|(_, m)| matches!(entry::kind(m), Kind::File | Kind::Symlink));
                 // A copy-up (opened for writing, touched) of an unchanged file.
                 if let Some((lower, lm)) = &old
                     && entry::same_entry(&path, &meta, lower, lm)?
                 {
+                    continue;
+                }
+                if ignore.ignored(&rel, false) && !self.is_literal(&rel) {
+                    ignored.push(entry::name(&rel).0);
                     continue;
                 }
                 insert(reader.change(&rel, &path, &meta, old.as_ref().map(|(p, m)| (p.as_path(), m)))?);
@@ -486,24 +579,19 @@ impl Workspace {
             }
             let Ok(rel) = e.path().strip_prefix(&self.dir) else { continue };
             let meta = std::fs::symlink_metadata(e.path())?;
-            let (name, _) = entry::name(rel);
-            let copied = self.copied.get(&name);
-            seen.insert(name);
-            // Unchanged: the same type, mode and size (from the lstat) and
-            // the same bytes (hashed as a stream).
-            if let Some(c) = copied
-                && meta.mode() & TYPE_AND_PERMISSIONS == c.mode
-                && meta.len() == c.size
-                && entry::hash_entry(e.path(), &meta)?.as_ref() == Some(&c.hash)
+            self.copy_change(reader, out, &mut seen, rel, e.path(), &meta)?;
+        }
+        // The files the scope names that .gitignore ignores (the walk
+        // leaves them out).
+        for rel in &self.literals {
+            let path = self.dir.join(rel);
+            if !seen.contains(rel)
+                && plain_path(&self.dir, rel)
+                && let Ok(meta) = std::fs::symlink_metadata(&path)
+                && !meta.is_dir()
             {
-                continue;
+                self.copy_change(reader, out, &mut seen, Path::new(rel), &path, &meta)?;
             }
-            let orig = self.root.join(rel);
-            let old = match copied {
-                Some(_) => std::fs::symlink_metadata(&orig).ok(),
-                None => None,
-            };
-            insert_change(out, reader.change(rel, e.path(), &meta, old.as_ref().map(|m| (orig.as_path(), m)))?);
         }
         for rel in self.copied.keys() {
             if !seen.contains(rel) {
@@ -513,10 +601,126 @@ impl Workspace {
         Ok(())
     }
 
-    /// Keeps the workspace on disk (for inspection) instead of removing it.
-    pub fn keep(&mut self) -> PathBuf {
+    /// Copy mode: the entry `rel` of the copy (at `path`) against what
+    /// was copied; `seen` gets its name.
+    fn copy_change(
+        &self,
+        reader: &mut Reader,
+        out: &mut BTreeMap<String, Change>,
+        seen: &mut std::collections::HashSet<String>,
+        rel: &Path,
+        path: &Path,
+        meta: &std::fs::Metadata,
+    ) -> std::io::Result<()> {
+        let (name, _) = entry::name(rel);
+        let copied = self.copied.get(&name);
+        seen.insert(name);
+        // Unchanged: the same type, mode and size (from the lstat) and
+        // the same bytes (hashed as a stream).
+        if let Some(c) = copied
+            && meta.mode() & TYPE_AND_PERMISSIONS == c.mode
+            && meta.len() == c.size
+            && entry::hash_entry(path, meta)?.as_ref() == Some(&c.hash)
+        {
+            return Ok(());
+        }
+        let orig = self.root.join(rel);
+        let old = match copied {
+            Some(_) => std::fs::symlink_metadata(&orig).ok(),
+            None => None,
+        };
+        insert_change(out, reader.change(rel, path, meta, old.as_ref().map(|m| (orig.as_path(), m)))?);
+        Ok(())
+    }
+
+    /// Copy mode: the ignored entries of the copy (a folder as a whole,
+    /// unless the scope names a file below it), but the files the scope
+    /// names.
+    fn copy_ignored(&self, ignore: &IgnoreCheck) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut walk = walkdir::WalkDir::new(&self.dir).min_depth(1).into_iter();
+        while let Some(Ok(e)) = walk.next() {
+            let is_dir = e.file_type().is_dir();
+            let Ok(rel) = e.path().strip_prefix(&self.dir) else { continue };
+            if is_reserved_name(e.file_name()) {
+                if is_dir {
+                    walk.skip_current_dir();
+                }
+                continue;
+            }
+            if !ignore.ignored(rel, is_dir) || self.is_literal(rel) {
+                continue;
+            }
+            if !is_dir {
+                out.push(entry::name(rel).0);
+            } else if !self.literal_below(rel) {
+                out.push(format!("{}/", entry::name(rel).0));
+                walk.skip_current_dir();
+            }
+        }
+        out
+    }
+
+    /// Keeps the workspace on disk for the user instead of removing it,
+    /// until `cassist cache gc` (or a `--keep-workspace` run of the same
+    /// project) removes it: [`remove_stale`] leaves it. Writes the task's
+    /// view with its change into `<workspace>/tree`, a plain folder one
+    /// can `cd` into and test in (the files a copy-mode workspace holds:
+    /// what the project shows but what `.gitignore` ignores, `.git/` and
+    /// `.cassist/`, under what the layers above it hold, without what
+    /// cassist placed), and returns its path. O(repository), only when
+    /// keeping. An error leaves the workspace kept without its tree.
+    pub fn keep(&mut self) -> std::io::Result<PathBuf> {
         self.keep = true;
-        self.base.clone()
+        self.end_scratch();
+        let tree = self.base.join(TREE);
+        match self.mode {
+            Mode::Overlay => {
+                for layer in [Layer::Setup, Layer::Agent] {
+                    remove_tree(&self.work_dir(layer));
+                }
+                self.materialize(&tree)?;
+            }
+            Mode::Copy => {
+                std::fs::rename(&self.dir, &tree)?;
+                self.dir = tree.clone();
+                for rel in &self.placed {
+                    let _ = std::fs::remove_file(tree.join(rel));
+                }
+            }
+        }
+        // Last: a workspace whose marker is missing is not kept.
+        let marker = KeptMarker { task: self.name.clone(), root: self.root.clone() };
+        std::fs::write(self.base.join(KEPT), serde_json::to_vec(&marker).map_err(std::io::Error::other)?)?;
+        Ok(tree)
+    }
+
+    /// Overlay mode: writes the agent's view (its layer over the lowers)
+    /// into the new folder `to` (see [`keep`](Self::keep)).
+    fn materialize(&self, to: &Path) -> std::io::Result<()> {
+        let layers: Vec<PathBuf> = [self.layer(Layer::Agent)].into_iter().chain(self.lowers(Layer::Agent)).collect();
+        let ignore = IgnoreCheck::new(&self.root, layers.clone());
+        let view = Lowers::new(&layers);
+        std::fs::create_dir(to)?;
+        let mut result = Ok(());
+        view.walk(Path::new(""), &mut |rel, real, is_dir, from| {
+            let project_only = from == [self.root.as_path()];
+            if result.is_err()
+                || rel.file_name().is_some_and(is_reserved_name)
+                || self.placed.iter().any(|p| Path::new(p) == rel)
+                || (project_only && ignore.ignored(rel, is_dir))
+            {
+                return false;
+            }
+            let dest = to.join(rel);
+            result = if is_dir {
+                std::fs::create_dir(&dest)
+            } else {
+                std::fs::symlink_metadata(real).and_then(|meta| copy_entry(real, &dest, &meta))
+            };
+            is_dir
+        });
+        result
     }
 
     /// Integrates `changes` into the user's tree; see [`integrate`].
@@ -534,6 +738,17 @@ impl Drop for Workspace {
 }
 
 const OWNER: &str = "owner.pid";
+/// The marker of a kept workspace ([`KeptMarker`]).
+const KEPT: &str = "kept";
+/// Where a kept workspace's tree is.
+const TREE: &str = "tree";
+
+/// What a kept workspace's marker says: whose task it was.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptMarker {
+    task: String,
+    root: PathBuf,
+}
 /// Copy mode: where the agent's result waits while acceptance runs on a
 /// throw-away copy of it.
 const SET_ASIDE: &str = "agent-result";
@@ -545,6 +760,10 @@ const SET_ASIDE: &str = "agent-result";
 struct Lowers<'a> {
     layers: &'a [PathBuf],
 }
+
+/// What [`Lowers::walk`] calls for each entry: `(rel, real, is_dir, from)`;
+/// a folder is entered when it returns true.
+type Visit<'v> = dyn FnMut(&Path, &Path, bool, &[&Path]) -> bool + 'v;
 
 /// One path in the merged view.
 enum Merged<'a> {
@@ -610,7 +829,22 @@ impl<'a> Lowers<'a> {
     /// their relative path, and where each really is.
     fn files_below(&self, rel_dir: &Path) -> Vec<(PathBuf, PathBuf)> {
         let mut out = Vec::new();
-        let Merged::Folder(top) = self.merged(rel_dir) else { return out };
+        self.walk(rel_dir, &mut |rel, real, is_dir, _| {
+            if !is_dir {
+                out.push((rel.to_path_buf(), real.to_path_buf()));
+            }
+            true
+        });
+        out
+    }
+
+    /// Visits the merged view below folder `rel_dir`, a folder before what
+    /// it holds: `visit(rel, real, is_dir, from)` for each entry, where
+    /// `real` is where it really is (a folder: its topmost part) and `from`
+    /// the layers that show it, top first. A folder is entered when
+    /// `visit` returns true.
+    fn walk(&self, rel_dir: &Path, visit: &mut Visit<'_>) {
+        let Merged::Folder(top) = self.merged(rel_dir) else { return };
         let mut stack = vec![(rel_dir.to_path_buf(), top)];
         while let Some((dir, layers)) = stack.pop() {
             let mut names = std::collections::BTreeSet::new();
@@ -624,14 +858,16 @@ impl<'a> Lowers<'a> {
                 match Lowers::step(&rel, &layers) {
                     Merged::Absent => {}
                     Merged::Entry(layer) => {
-                        let real = layer.join(&rel);
-                        out.push((rel, real));
+                        visit(&rel, &layer.join(&rel), false, &[layer]);
                     }
-                    Merged::Folder(f) => stack.push((rel, f)),
+                    Merged::Folder(f) => {
+                        if visit(&rel, &f[0].join(&rel), true, &f) {
+                            stack.push((rel, f));
+                        }
+                    }
                 }
             }
         }
-        out
     }
 }
 
@@ -647,10 +883,8 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
             std::fs::create_dir(&dest)?;
             let mode = entry.metadata().map_err(std::io::Error::other)?.mode();
             std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(mode & 0o7777))?;
-        } else if ft.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &dest)?;
-        } else if ft.is_file() {
-            std::fs::copy(entry.path(), &dest)?;
+        } else {
+            copy_entry(entry.path(), &dest, &entry.metadata().map_err(std::io::Error::other)?)?;
         }
     }
     Ok(())
@@ -670,20 +904,45 @@ struct Copied {
 fn hash_files(dir: &Path) -> std::io::Result<HashMap<String, Copied>> {
     let mut copied = HashMap::new();
     for (rel, meta) in project_files(dir) {
-        if let Some(hash) = entry::hash_entry(&dir.join(&rel), &meta)? {
-            copied.insert(rel, Copied { hash, mode: meta.mode() & TYPE_AND_PERMISSIONS, size: meta.len() });
+        if let Some(c) = copied_of(&dir.join(&rel), &meta)? {
+            copied.insert(rel, c);
         }
     }
     Ok(copied)
 }
 
+/// A file or symlink at `path` (whose lstat is `meta`) as copied.
+fn copied_of(path: &Path, meta: &std::fs::Metadata) -> std::io::Result<Option<Copied>> {
+    Ok(entry::hash_entry(path, meta)?.map(|hash| Copied {
+        hash,
+        mode: meta.mode() & TYPE_AND_PERMISSIONS,
+        size: meta.len(),
+    }))
+}
+
+/// Where a project's workspaces are made: outside the project (overlayfs
+/// refuses an upper dir inside its lower dir), under the temp folder, per
+/// user.
+pub fn parent_dir(root: &Path) -> PathBuf {
+    let uid = nix::unistd::getuid();
+    let mut dir = std::env::temp_dir().join(format!("cassist-{uid}"));
+    if dir.starts_with(root) {
+        dir = PathBuf::from("/tmp").join(format!("cassist-{uid}"));
+    }
+    dir
+}
+
 /// Removes the workspaces under `parent` whose cassist process is gone (a
-/// run killed with SIGKILL cannot clean up after itself). Returns how many.
+/// run killed with SIGKILL cannot clean up after itself), but the kept
+/// ones ([`Workspace::keep`]). Returns how many.
 pub fn remove_stale(parent: &Path) -> usize {
     let mut removed = 0;
     let Ok(rd) = std::fs::read_dir(parent) else { return 0 };
     for e in rd.flatten() {
         let dir = e.path();
+        if dir.join(KEPT).exists() {
+            continue;
+        }
         let Some(pid) = std::fs::read_to_string(dir.join(OWNER)).ok().and_then(|s| s.trim().parse::<i32>().ok()) else {
             continue;
         };
@@ -695,6 +954,39 @@ pub fn remove_stale(parent: &Path) -> usize {
         }
     }
     removed
+}
+
+/// Removes the workspaces under `parent` kept for a task of the project
+/// at `root` ([`Workspace::keep`]; the caller holds the project's lock,
+/// so no run of it is keeping one now). Returns how many, and the bytes
+/// they held.
+pub fn remove_kept(parent: &Path, root: &Path) -> (usize, u64) {
+    let (mut removed, mut bytes) = (0, 0);
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let Ok(rd) = std::fs::read_dir(parent) else { return (0, 0) };
+    for e in rd.flatten() {
+        let dir = e.path();
+        let Some(marker) =
+            std::fs::read(dir.join(KEPT)).ok().and_then(|bytes| serde_json::from_slice::<KeptMarker>(&bytes).ok())
+        else {
+            continue;
+        };
+        if marker.root != root {
+            continue;
+        }
+        let size: u64 = walkdir::WalkDir::new(&dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.blocks() * 512)
+            .sum();
+        remove_tree(&dir);
+        if !dir.exists() {
+            removed += 1;
+            bytes += size;
+        }
+    }
+    (removed, bytes)
 }
 
 /// Removes a folder tree, including the kernel's unreadable overlay work
@@ -801,14 +1093,34 @@ fn copy_project(root: &Path, to: &Path) -> std::io::Result<()> {
         if let Some(parent) = dst.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        if kind == Kind::Symlink {
-            std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
-        } else {
-            std::fs::copy(&src, &dst)?;
-            std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
-        }
+        copy_entry(&src, &dst, &meta)?;
     }
     Ok(())
+}
+
+/// Copies a file (contents streamed, permissions kept) or a symlink (as a
+/// symlink) at `src`, whose lstat is `meta`, to the new path `dst`;
+/// anything else is left out, never opened.
+fn copy_entry(src: &Path, dst: &Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
+    match entry::kind(meta) {
+        Kind::Symlink => std::os::unix::fs::symlink(std::fs::read_link(src)?, dst),
+        Kind::File => {
+            std::fs::copy(src, dst)?;
+            std::fs::set_permissions(dst, std::fs::Permissions::from_mode(meta.mode() & 0o7777))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether `rel` leads from `root` through folders only (no symlink on
+/// the way: what it names is inside `root`).
+fn plain_path(root: &Path, rel: &str) -> bool {
+    let mut at = root.to_path_buf();
+    let parts: Vec<&str> = rel.split('/').collect();
+    parts[..parts.len() - 1].iter().all(|part| {
+        at.push(part);
+        std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir())
+    })
 }
 
 /// `.gitignore` rules of the project, asked path by path.

@@ -62,6 +62,12 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
                 if removed == 1 { "y" } else { "ies" },
                 human_size(freed)
             );
+            // The workspaces kept for the user (--keep-workspace, blocked
+            // tasks) stay until now.
+            let (kept, bytes) = crate::workspace::remove_kept(&crate::workspace::parent_dir(&root), &root);
+            if kept > 0 {
+                crate::outln!("removed {kept} kept workspace(s), freed {}", human_size(bytes));
+            }
             Ok(())
         }
         CacheCommand::Clean => {

@@ -2,7 +2,7 @@
 //! reporter showing progress; then the summary and the reports.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -43,8 +43,15 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     let interrupts = install_ctrl_c(cancel.clone());
 
     let exe = std::env::current_exe().map_err(|e| Error::Internal(format!("cannot find the cassist binary: {e}")))?;
-    let workspaces = workspaces_dir(&plan.project.root);
+    let workspaces = crate::workspace::parent_dir(&plan.project.root);
     crate::workspace::remove_stale(&workspaces);
+    if args.keep_workspace {
+        // This run keeps its own: the ones earlier runs kept go.
+        let (removed, _) = crate::workspace::remove_kept(&workspaces, &plan.project.root);
+        if removed > 0 {
+            eprintln!("note: removed {removed} workspace(s) kept by an earlier run of this project");
+        }
+    }
     let (mode, why) = detect_mode(&exe, &plan.project.root, &workspaces);
     if mode == Mode::Copy {
         let because = match why {
@@ -207,17 +214,6 @@ fn select<'a>(plan: &'a Plan, filter: &[String]) -> Result<Vec<&'a PlannedTask>>
 fn run_id() -> String {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     format!("{secs}-{}", std::process::id())
-}
-
-/// Workspaces live outside the project (overlayfs refuses an upper dir
-/// inside its lower dir): under the temp folder, per user.
-fn workspaces_dir(root: &Path) -> PathBuf {
-    let uid = nix::unistd::getuid();
-    let mut dir = std::env::temp_dir().join(format!("cassist-{uid}"));
-    if dir.starts_with(root) {
-        dir = PathBuf::from("/tmp").join(format!("cassist-{uid}"));
-    }
-    dir
 }
 
 /// Writes a report file; a failure is said, and the run goes on.

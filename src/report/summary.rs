@@ -41,6 +41,10 @@ pub fn print(out: &Output, ends: &[TaskEnd], run_dir: &Path) {
         }
         if let Some(w) = &e.kept_workspace {
             crate::outln!("  workspace kept: {}", w.display());
+            crate::outln!(
+                "  {}",
+                out.dim("(the task's files with its change, to test in; `cassist cache gc` removes it)")
+            );
         }
     }
     let passed = ends.iter().filter(|e| e.state().is_success()).count();

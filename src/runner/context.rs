@@ -31,6 +31,8 @@ pub struct Facts {
     pub summary: Option<String>,
     /// The parts of a split task, as a tree.
     pub subtasks: Vec<SubtaskReport>,
+    /// Why a task that passed integrated nothing (its report's reason).
+    pub nothing_integrated: Option<String>,
 }
 
 /// One task's run in its workspace.

@@ -19,6 +19,17 @@ impl TaskContext<'_> {
     pub fn integrate_and_build(&mut self, changes: &ChangeSet) -> Result<(), Failure> {
         let patch = self.record.join("patch.diff");
         let _ = std::fs::write(&patch, self.runner.redactor.redact(&unified_diff(changes)));
+        // What the agent wrote that .gitignore ignores is said, never
+        // dropped silently; when it is all the agent wrote, the report
+        // says why nothing was integrated.
+        if !self.read_only && !self.ws.ignored().is_empty() {
+            let note = format!("not integrated, ignored by .gitignore: {}", some_paths(self.ws.ignored()));
+            let note = self.runner.redactor.redact(&note);
+            self.note(note.clone());
+            if changes.is_empty() {
+                self.facts.nothing_integrated = Some(note);
+            }
+        }
         if changes.is_empty() {
             return Ok(());
         }
@@ -68,5 +79,27 @@ impl TaskContext<'_> {
             Ok(f) => Err((f.describe(), f.tail)),
             Err(e) => Err((e.to_string(), String::new())),
         }
+    }
+}
+
+/// At most ten of `paths`, then how many more.
+pub fn some_paths(paths: &[String]) -> String {
+    const SHOWN: usize = 10;
+    let mut out = paths.iter().take(SHOWN).map(String::as_str).collect::<Vec<_>>().join(", ");
+    if paths.len() > SHOWN {
+        out.push_str(&format!(" (and {} more)", paths.len() - SHOWN));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn some_paths_names_ten_then_counts() {
+        let paths: Vec<String> = (0..13).map(|i| format!("f{i}")).collect();
+        assert_eq!(some_paths(&paths[..2]), "f0, f1");
+        assert_eq!(some_paths(&paths), "f0, f1, f2, f3, f4, f5, f6, f7, f8, f9 (and 3 more)");
     }
 }

@@ -138,6 +138,7 @@ impl Ending {
         match outcome {
             Ok(done) => {
                 end.report.state = done.state;
+                end.report.reason = facts.nothing_integrated;
                 TaskResult { end, record_dir: None, changes: Some(done.changes), split: done.split }
             }
             Err(f) => {
@@ -149,7 +150,9 @@ impl Ending {
                     && (keep_workspace || f.keep_workspace)
                     && !f.interrupted
                 {
-                    end.kept_workspace = Some(ws.keep());
+                    // Without its tree (it could not be written), the
+                    // workspace's own folder.
+                    end.kept_workspace = Some(ws.keep().unwrap_or_else(|_| ws.base().to_path_buf()));
                 }
                 TaskResult::new(end)
             }
@@ -276,9 +279,12 @@ impl Runner {
         let name = t.task.name.as_str();
         self.phase(name, "workspace", 0, self.mode.as_str());
         let _no_integration = self.integration.read().unwrap_or_else(|e| e.into_inner());
-        let mut ws = Workspace::create(&self.exe, &self.plan.project.root, &self.workspaces, self.mode, name)
-            .map_err(|e| Failure::failed(format!("cannot create the workspace: {e}")))?;
+        let cannot = |e: std::io::Error| Failure::failed(format!("cannot create the workspace: {e}"));
+        let mut ws =
+            Workspace::create(&self.exe, &self.plan.project.root, &self.workspaces, self.mode, name).map_err(cannot)?;
         ws.limits = self.plan.project.config.limits;
+        // What the scope names is part of the change even when ignored.
+        ws.name_literally(crate::review::Scope::new(&t.key.spec.scope).literals()).map_err(cannot)?;
         Ok(ws)
     }
 }
@@ -312,6 +318,7 @@ mod tests {
             acceptance: vec![AcceptanceReport { command: "make test".into(), exit_code: Some(1), passed: false }],
             summary: Some("tried".into()),
             subtasks: Vec::new(),
+            nothing_integrated: None,
         }
     }
 
@@ -345,5 +352,12 @@ mod tests {
         assert_eq!((r.end.tail.as_str(), r.end.interrupted), ("", false));
         assert!(r.changes.is_some());
         assert_eq!(r.split, [Part::whole()]);
+
+        // A task that passed with nothing to integrate says why.
+        let why = "not integrated, ignored by .gitignore: out.log";
+        let facts = Facts { nothing_integrated: Some(why.into()), ..facts() };
+        let done = Done { state: TaskState::Passed, changes: ChangeSet::default(), split: Vec::new() };
+        let r = Ending { facts, outcome: Ok(done), workspace: None }.into_result(base(), true);
+        assert_eq!((r.end.report.state, r.end.report.reason.as_deref()), (TaskState::Passed, Some(why)));
     }
 }

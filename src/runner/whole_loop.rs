@@ -15,6 +15,9 @@ use super::{Done, Failure, TaskContext};
 
 /// What the agent is told when it stopped without a change or a report.
 const RESUME: &str = "You stopped without changing any file and without a report. Continue the task: make the change, or report why it cannot be done.";
+/// The same, when the agent wrote only files `.gitignore` ignores (after
+/// naming them).
+const RESUME_IGNORED: &str = "Continue the task: write the files it asks for where .gitignore does not ignore them (or the ones its scope names), or report why it cannot be done.";
 
 impl TaskContext<'_> {
     /// Runs the task in its workspace, up to its integrated change.
@@ -78,7 +81,14 @@ impl TaskContext<'_> {
             };
             if changes.is_empty() && !ran.reported && self.t.task.kind == Kind::Code && !resumed {
                 resumed = true;
-                self.feedback = Some(RESUME.into());
+                self.feedback = Some(match self.ws.ignored() {
+                    [] => RESUME.into(),
+                    // Paths are the agent's choice: redacted.
+                    ignored => self.runner.redactor.redact(&format!(
+                        "The files you wrote are ignored by .gitignore, so they are not part of the change: {}. {RESUME_IGNORED}",
+                        super::integrate::some_paths(ignored)
+                    )),
+                });
                 self.note("the agent changed nothing; resuming it once");
                 continue;
             }

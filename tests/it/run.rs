@@ -866,21 +866,111 @@ fn filter_runs_a_task_and_what_it_depends_on_only() {
     p.run(&["--filter", "tpo"]).status(2).stderr_has("did you mean `top`").exec();
 }
 
-#[test]
-fn keep_workspace_keeps_a_failed_tasks_workspace() {
-    let task = "task \"t\" {\n    goal \"G.\"\n    agent \"a\"\n    max-iterations 1\n    acceptance {\n        run \"false\"\n    }\n}\n";
-    let p = sh_project("", "echo changed > src/a.txt", task);
-    let done = p.run(&["--keep-workspace"]).status(1).exec();
+/// The tree a run's summary names as the workspace it kept.
+#[track_caller]
+fn kept_tree(done: &crate::support::Output) -> PathBuf {
     let line = done.stdout.lines().find(|l| l.contains("workspace kept:")).unwrap_or_else(|| panic!("{}", done.stdout));
     let kept = PathBuf::from(line.split("workspace kept:").nth(1).unwrap().trim());
-    assert!(kept.is_dir(), "{}", kept.display());
-    // The change is there to inspect (overlay: the agent's layer; copy:
-    // the copy).
-    let found = ["agent/src/a.txt", "project/src/a.txt"]
-        .iter()
-        .any(|rel| std::fs::read_to_string(kept.join(rel)).is_ok_and(|t| t == "changed\n"));
-    assert!(found, "the kept workspace does not hold the change: {}", kept.display());
-    cassist::workspace::remove_tree(&kept);
-    // Without the flag nothing is kept.
-    p.run(&[]).status(1).stdout_lacks("workspace kept:").exec();
+    assert!(kept.is_dir() && kept.ends_with("tree"), "{}", kept.display());
+    kept
 }
+
+/// `sh -c script` in `dir`: whether it succeeded.
+fn sh_in(dir: &Path, script: &str) -> bool {
+    std::process::Command::new("sh").args(["-c", script]).current_dir(dir).status().unwrap().success()
+}
+
+/// `--keep-workspace` keeps a failed task's workspace as a full tree the
+/// user can test in; it survives other runs, of the project and of
+/// another one, until a `--keep-workspace` run of the project or its
+/// `cassist cache gc` removes it.
+fn keep_workspace_keeps_a_testable_tree_until_gc(mode: &[(&str, &str)]) {
+    let task = "task \"t\" {\n    goal \"G.\"\n    agent \"a\"\n    max-iterations 1\n    acceptance {\n        run \"sh check.sh\"\n    }\n}\n";
+    let p = sh_project("", "echo broken > src/a.txt", task);
+    p.file("check.sh", "grep -qx fixed src/a.txt\n");
+    // Workspaces under a temp folder of the test's own, shared with the
+    // other project.
+    let tmp = p.out().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let done = p.run(&["--keep-workspace"]).env("TMPDIR", &tmp).envs(mode).status(1).exec();
+    let kept = kept_tree(&done);
+    // The task's acceptance command, in the kept tree: the project's
+    // files with the agent's change; it passes once the user fixes it
+    // there.
+    assert_eq!(std::fs::read_to_string(kept.join("src/a.txt")).unwrap(), "broken\n");
+    assert!(!sh_in(&kept, "sh check.sh"), "acceptance passed on the agent's change in {}", kept.display());
+    std::fs::write(kept.join("src/a.txt"), "fixed\n").unwrap();
+    assert!(sh_in(&kept, "sh check.sh"), "acceptance failed on the fixed tree in {}", kept.display());
+    assert_eq!(p.read("src/a.txt"), "a\n", "the kept tree is not the user's");
+
+    // Another run of the project keeps nothing and leaves it; so does a
+    // run of another project.
+    p.run(&[]).env("TMPDIR", &tmp).envs(mode).status(1).stdout_lacks("workspace kept:").exec();
+    let other = sh_project("", "echo other > src/a.txt", "task \"o\" {\n    goal \"O.\"\n    agent \"a\"\n}\n");
+    other.run(&[]).env("TMPDIR", &tmp).envs(mode).exec();
+    assert!(kept.join("src/a.txt").is_file(), "a later run removed the kept workspace");
+
+    // A --keep-workspace run of the project replaces it with its own.
+    let done = p
+        .run(&["--keep-workspace"])
+        .env("TMPDIR", &tmp)
+        .envs(mode)
+        .status(1)
+        .stderr_has("removed 1 workspace(s) kept by an earlier run of this project")
+        .exec();
+    let newer = kept_tree(&done);
+    assert!(!kept.exists() && newer != kept, "{}", kept.display());
+
+    // The other project's gc leaves it; the project's removes it and says so.
+    other.cassist(&["cache", "gc"]).env("TMPDIR", &tmp).stdout_lacks("kept workspace").exec();
+    assert!(newer.is_dir());
+    p.cassist(&["cache", "gc"]).env("TMPDIR", &tmp).stdout_has("removed 1 kept workspace(s), freed ").exec();
+    assert!(!newer.exists(), "{}", newer.display());
+}
+
+in_both_modes!(keep_workspace_keeps_a_testable_tree_until_gc: keep_workspace_keeps_a_testable_tree_until_gc_in_overlay_mode, keep_workspace_keeps_a_testable_tree_until_gc_in_copy_mode);
+
+/// The case: the scope names `packages/p0000/out.txt`, which
+/// `.gitignore` ignores: it is integrated; another ignored file the agent
+/// wrote is named in a note.
+fn an_ignored_output_the_scope_names_is_integrated(mode: &[(&str, &str)]) {
+    let task = "task \"t\" {\n    goal \"Write out.txt.\"\n    agent \"a\"\n    scope {\n        path \"packages/p0000/out.txt\"\n    }\n}\n";
+    let script = "echo result > packages/p0000/out.txt; echo log > packages/p0000/run.log";
+    let p = Test::trusted()
+        .sh_agent("a", script)
+        .tasks(task)
+        .file(".gitignore", "out.txt\n*.log\n")
+        .file("packages/p0000/src.txt", "src\n")
+        .build();
+    let done = p
+        .run(&[])
+        .envs(mode)
+        .file("packages/p0000/out.txt", "result\n")
+        .no_file("packages/p0000/run.log")
+        .stderr_has("t: not integrated, ignored by .gitignore: packages/p0000/run.log")
+        .exec();
+    let t = done.task("t");
+    assert_eq!(strings(&t["changed_files"]), ["packages/p0000/out.txt"], "{t}");
+    assert_eq!(t["reason"], Value::Null, "{t}");
+
+    // An agent that writes only ignored files: told so when resumed, and
+    // the report says why nothing was integrated.
+    let p = Test::trusted()
+        .sh_agent("a", "echo log > packages/p0000/run.log")
+        .tasks(&task.replace("out.txt\"", "other.txt\""))
+        .file(".gitignore", "out.txt\n*.log\n")
+        .file("packages/p0000/src.txt", "src\n")
+        .build();
+    let done = p.run(&[]).envs(mode).no_file("packages/p0000/run.log").exec();
+    let t = done.task("t");
+    let why = "not integrated, ignored by .gitignore: packages/p0000/run.log";
+    assert_eq!((t["attempts"].as_u64(), t["reason"].as_str()), (Some(2), Some(why)), "{t}");
+    assert!(done.stdout.contains(why), "{}", done.stdout);
+    let resumed = p.record("t", "prompt-2.md");
+    assert!(
+        resumed.contains("ignored by .gitignore, so they are not part of the change: packages/p0000/run.log"),
+        "{resumed}"
+    );
+}
+
+in_both_modes!(an_ignored_output_the_scope_names_is_integrated: an_ignored_output_the_scope_names_is_integrated_in_overlay_mode, an_ignored_output_the_scope_names_is_integrated_in_copy_mode);

@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 
 use cassist::changes::{Change, ChangeKind, ChangeSet, Hazard, Special};
 use cassist::paths::is_reserved;
-use cassist::workspace::{IntegrateError, Mode, Workspace, detect_mode, remove_tree, rollback};
+use cassist::sandbox::Jail;
+use cassist::workspace::{
+    IntegrateError, Layer, Mode, Workspace, detect_mode, remove_kept, remove_stale, remove_tree, rollback,
+};
 
 use crate::support::{
     CASSIST, Project, Sandbox, Test, git_env, processes_with, sandbox_or_skip, unique_marker, wait_until,
@@ -91,6 +94,8 @@ both_modes!(
     hostile_entries_are_read_safely_and_never_integrated,
     set_bits_on_an_unchanged_file_are_a_change,
     special_files_of_the_project_are_left_alone,
+    kept_workspaces_survive_until_removed,
+    ignored_outputs_are_named_and_the_scopes_are_kept,
 );
 
 const GITIGNORE: &str = "__pycache__/\n*.log\n/target/\n";
@@ -854,21 +859,103 @@ fn drop_removes_the_workspace(mode: Mode) {
     assert_eq!(std::fs::read_dir(parent(&f)).unwrap().count(), 0);
 }
 
+/// A kept workspace holds the task's view as a plain folder (`tree`):
+/// the project's files but ignored ones, `.git/` and what cassist placed,
+/// with what setup and the agent did.
 fn keep_keeps_the_workspace(mode: Mode) {
+    let f = fixture(true);
+    let mut ws = workspace(&f, mode);
+    let script = "mkdir -p gen && echo made > gen/setup.txt";
+    let setup = ws.command(Layer::Setup, vec!["sh".into(), "-c".into(), script.into()], Jail::default()).unwrap();
+    let st = Command::new(&setup[0]).args(&setup[1..]).current_dir(&ws.dir).status().unwrap();
+    assert!(st.success());
+    ws.setup_done().unwrap();
+    ws.place("AGENTS.md", b"placed by cassist\n").unwrap();
+    run_ok(&ws, "set -e; echo kept > src/kept.rs; rm README.md; chmod +x scripts/build.sh; echo mine > agent.log");
+    ws.begin_scratch().unwrap();
+    let base = ws.base().to_path_buf();
+    let tree_dir = ws.keep().expect("the kept tree");
+    assert_eq!(tree_dir, base.join("tree"));
+    drop(ws);
+    assert!(base.is_dir());
+    let mut want: BTreeMap<String, Node> = fixture_files()
+        .into_iter()
+        .filter(|(rel, _, _)| !["README.md", "ignored.log", "__pycache__/cached.pyc"].contains(rel))
+        .map(|(rel, bytes, mode)| (rel.to_owned(), Node::File { mode, bytes }))
+        .collect();
+    want.insert("scripts/build.sh".into(), Node::File { mode: 0o755, bytes: content("scripts/build.sh") });
+    want.insert("src/kept.rs".into(), Node::File { mode: 0o644, bytes: b"kept\n".to_vec() });
+    want.insert("gen/setup.txt".into(), Node::File { mode: 0o644, bytes: b"made\n".to_vec() });
+    // What the agent wrote is there, ignored or not.
+    want.insert("agent.log".into(), Node::File { mode: 0o644, bytes: b"mine\n".to_vec() });
+    assert_same("the kept tree", &want, &tree_files(&tree_dir));
+    remove_tree(&base);
+    assert!(!base.exists());
+}
+
+/// A kept workspace survives [`remove_stale`] (its process is gone), and
+/// [`remove_kept`] removes it for its own project only.
+fn kept_workspaces_survive_until_removed(mode: Mode) {
     let f = fixture(true);
     let mut ws = workspace(&f, mode);
     run_ok(&ws, "echo kept > src/kept.rs");
     let base = ws.base().to_path_buf();
-    assert_eq!(ws.keep(), base);
+    ws.keep().unwrap();
     drop(ws);
-    assert!(base.is_dir());
-    let kept = match mode {
-        Mode::Overlay => base.join("agent/src/kept.rs"),
-        Mode::Copy => base.join("project/src/kept.rs"),
-    };
-    assert_eq!(std::fs::read(&kept).unwrap(), b"kept\n");
-    remove_tree(&base);
+    // Its cassist is gone; so is a workspace that was not kept.
+    let stale = workspace(&f, mode);
+    let stale_base = stale.base().to_path_buf();
+    std::mem::forget(stale);
+    for b in [&base, &stale_base] {
+        std::fs::write(b.join("owner.pid"), "999999999").unwrap();
+    }
+    assert_eq!(remove_stale(&parent(&f)), 1);
+    assert!(base.join("tree/src/kept.rs").is_file() && !stale_base.exists());
+    let other = fixture(false);
+    assert_eq!(remove_kept(&parent(&f), other.path()), (0, 0), "another project's kept workspace");
+    let (removed, bytes) = remove_kept(&parent(&f), f.path());
+    assert!(removed == 1 && bytes > 0, "{removed} {bytes}");
     assert!(!base.exists());
+}
+
+/// Files the scope names literally are part of the change even when
+/// `.gitignore` ignores them (in the view from the start, integrated);
+/// other ignored files the agent wrote are named, not changes.
+fn ignored_outputs_are_named_and_the_scopes_are_kept(mode: Mode) {
+    let p = Test::new()
+        .file(".gitignore", "out.txt\n*.tmp\nbuild/\n")
+        .file("packages/p0000/src.rs", "src\n")
+        .file("packages/p0001/out.txt", "old out\n")
+        .build();
+    let mut ws = Workspace::create(Path::new(CASSIST), p.path(), &parent(&p), mode, "ignored").unwrap();
+    let literal = ["packages/p0000/out.txt", "packages/p0001/out.txt", "build/keep.bin"];
+    ws.name_literally(&literal.map(String::from)).unwrap();
+    run_ok(
+        &ws,
+        "set -e; cp packages/p0001/out.txt seen.txt; echo new > packages/p0000/out.txt; \
+         echo new1 > packages/p0001/out.txt; echo x > packages/p0000/x.tmp; mkdir -p build/sub; \
+         echo o > build/sub/a.o; echo k > build/keep.bin; echo more >> packages/p0000/src.rs",
+    );
+    let cs = ws.changes().unwrap();
+    assert_eq!(
+        cs.paths(),
+        ["build/keep.bin", "packages/p0000/out.txt", "packages/p0000/src.rs", "packages/p0001/out.txt", "seen.txt"],
+        "{}",
+        describe(&cs)
+    );
+    let out1 = &by_path(&cs)["packages/p0001/out.txt"];
+    assert_eq!((&out1.kind, out1.old.as_deref()), (&ChangeKind::Modified, Some(&b"old out\n"[..])));
+    assert_eq!(ws.ignored(), ["build/sub/", "packages/p0000/x.tmp"]);
+    ws.integrate(&cs).expect("integrated");
+    for (rel, text) in [
+        ("packages/p0000/out.txt", "new\n"),
+        ("packages/p0001/out.txt", "new1\n"),
+        ("build/keep.bin", "k\n"),
+        ("seen.txt", "old out\n"),
+    ] {
+        assert_eq!(p.read(rel), text, "{rel}");
+    }
+    assert!(!p.exists("packages/p0000/x.tmp") && !p.exists("build/sub"));
 }
 
 /// Two workspaces of one project at once (the scheduler will run tasks in
