@@ -935,13 +935,13 @@ in_both_modes!(keep_workspace_keeps_a_testable_tree_until_gc: keep_workspace_kee
 /// wrote is named in a note.
 fn an_ignored_output_the_scope_names_is_integrated(mode: &[(&str, &str)]) {
     let task = "task \"t\" {\n    goal \"Write out.txt.\"\n    agent \"a\"\n    scope {\n        path \"packages/p0000/out.txt\"\n    }\n}\n";
-    let script = "echo result > packages/p0000/out.txt; echo log > packages/p0000/run.log";
-    let p = Test::trusted()
-        .sh_agent("a", script)
-        .tasks(task)
-        .file(".gitignore", "out.txt\n*.log\n")
-        .file("packages/p0000/src.txt", "src\n")
-        .build();
+    let project = |script: &str, task: &str| {
+        Test::trusted().sh_agent("a", script).tasks(task).file(".gitignore", "out.txt\n*.log\n").build()
+    };
+    let p = project(
+        "mkdir -p packages/p0000 && echo result > packages/p0000/out.txt && echo log > packages/p0000/run.log",
+        task,
+    );
     let done = p
         .run(&[])
         .envs(mode)
@@ -955,12 +955,10 @@ fn an_ignored_output_the_scope_names_is_integrated(mode: &[(&str, &str)]) {
 
     // An agent that writes only ignored files: told so when resumed, and
     // the report says why nothing was integrated.
-    let p = Test::trusted()
-        .sh_agent("a", "echo log > packages/p0000/run.log")
-        .tasks(&task.replace("out.txt\"", "other.txt\""))
-        .file(".gitignore", "out.txt\n*.log\n")
-        .file("packages/p0000/src.txt", "src\n")
-        .build();
+    let p = project(
+        "mkdir -p packages/p0000 && echo log > packages/p0000/run.log",
+        &task.replace("out.txt\"", "other.txt\""),
+    );
     let done = p.run(&[]).envs(mode).no_file("packages/p0000/run.log").exec();
     let t = done.task("t");
     let why = "not integrated, ignored by .gitignore: packages/p0000/run.log";
