@@ -523,7 +523,9 @@ impl Workspace {
                     // An ignored folder is named as a whole, unless the
                     // scope names a file below it.
                     if ignore.ignored(&rel, true) && !self.literal_below(&rel) {
-                        ignored.push(format!("{}/", entry::name(&rel).0));
+                        if writes_below(&path) {
+                            ignored.push(format!("{}/", entry::name(&rel).0));
+                        }
                         continue;
                     }
                     // A file (or a symlink, never followed) replaced by a
@@ -1110,6 +1112,16 @@ fn copy_entry(src: &Path, dst: &Path, meta: &std::fs::Metadata) -> std::io::Resu
         }
         _ => Ok(()),
     }
+}
+
+/// Whether a folder of a layer holds anything but folders and whiteouts
+/// (what deleting files leaves): something was written below it.
+fn writes_below(dir: &Path) -> bool {
+    walkdir::WalkDir::new(dir)
+        .min_depth(1)
+        .into_iter()
+        .flatten()
+        .any(|e| !e.file_type().is_dir() && !e.metadata().is_ok_and(|m| entry::is_whiteout(&m)))
 }
 
 /// Whether `rel` leads from `root` through folders only (no symlink on

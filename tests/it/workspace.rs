@@ -923,7 +923,8 @@ fn kept_workspaces_survive_until_removed(mode: Mode) {
 /// other ignored files the agent wrote are named, not changes.
 fn ignored_outputs_are_named_and_the_scopes_are_kept(mode: Mode) {
     let p = Test::new()
-        .file(".gitignore", "out.txt\n*.tmp\nbuild/\n")
+        .file(".gitignore", "out.txt\n*.tmp\nbuild/\ncache/\n")
+        .file("cache/old.bin", "old\n")
         .file("packages/p0000/src.rs", "src\n")
         .file("packages/p0001/out.txt", "old out\n")
         .build();
@@ -934,7 +935,7 @@ fn ignored_outputs_are_named_and_the_scopes_are_kept(mode: Mode) {
         &ws,
         "set -e; cp packages/p0001/out.txt seen.txt; echo new > packages/p0000/out.txt; \
          echo new1 > packages/p0001/out.txt; echo x > packages/p0000/x.tmp; mkdir -p build/sub; \
-         echo o > build/sub/a.o; echo k > build/keep.bin; echo more >> packages/p0000/src.rs",
+         echo o > build/sub/a.o; echo k > build/keep.bin; echo more >> packages/p0000/src.rs; rm -f cache/old.bin",
     );
     let cs = ws.changes().unwrap();
     assert_eq!(
