@@ -670,7 +670,8 @@ impl Workspace {
     /// can `cd` into and test in (the files a copy-mode workspace holds:
     /// what the project shows but what `.gitignore` ignores, `.git/` and
     /// `.cassist/`, under what the layers above it hold, without what
-    /// cassist placed), and returns its path. O(repository), only when
+    /// cassist placed; symlinks as symlinks, never followed, and special
+    /// files left out), and returns its path. O(repository), only when
     /// keeping. An error leaves the workspace kept without its tree.
     pub fn keep(&mut self) -> std::io::Result<PathBuf> {
         self.keep = true;
@@ -688,6 +689,14 @@ impl Workspace {
                 self.dir = tree.clone();
                 for rel in &self.placed {
                     let _ = std::fs::remove_file(tree.join(rel));
+                }
+                // Special files the agent made (a fifo would hang a
+                // `grep -r` there), never opened.
+                for e in walkdir::WalkDir::new(&tree).into_iter().flatten() {
+                    let t = e.file_type();
+                    if !(t.is_dir() || t.is_file() || t.is_symlink()) {
+                        std::fs::remove_file(e.path())?;
+                    }
                 }
             }
         }
@@ -715,10 +724,19 @@ impl Workspace {
                 return false;
             }
             let dest = to.join(rel);
+            // The files of the workspace's own layers are linked: what the
+            // agent wrote (a sparse 2 GiB file...) costs nothing more. What
+            // others use (the project, shared layers) is copied.
+            let own = real.starts_with(&self.base);
             result = if is_dir {
                 std::fs::create_dir(&dest)
             } else {
-                std::fs::symlink_metadata(real).and_then(|meta| copy_entry(real, &dest, &meta))
+                std::fs::symlink_metadata(real).and_then(|meta| {
+                    if own && meta.is_file() && std::fs::hard_link(real, &dest).is_ok() {
+                        return Ok(());
+                    }
+                    copy_entry(real, &dest, &meta)
+                })
             };
             is_dir
         });

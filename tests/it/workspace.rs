@@ -96,6 +96,7 @@ both_modes!(
     special_files_of_the_project_are_left_alone,
     kept_workspaces_survive_until_removed,
     ignored_outputs_are_named_and_the_scopes_are_kept,
+    hostile_entries_neither_leak_into_a_change_nor_fill_a_kept_tree,
 );
 
 const GITIGNORE: &str = "__pycache__/\n*.log\n/target/\n";
@@ -916,6 +917,45 @@ fn kept_workspaces_survive_until_removed(mode: Mode) {
     let (removed, bytes) = remove_kept(&parent(&f), f.path());
     assert!(removed == 1 && bytes > 0, "{removed} {bytes}");
     assert!(!base.exists());
+}
+
+/// An agent that turns the folder of a file its scope names into a link
+/// to a secret outside, writes a 2 GiB sparse file, a fifo and a link to
+/// `/etc/passwd`: the secret is never read into the change, and keeping
+/// the workspace opens none of them, copies no 2 GiB and follows no link.
+fn hostile_entries_neither_leak_into_a_change_nor_fill_a_kept_tree(mode: Mode) {
+    let p = Test::new().file(".gitignore", "out.txt\n").file("src/a.txt", "a\n").build();
+    let outside = p.tmp().join("secret");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("out.txt"), "SECRET-OUT").unwrap();
+    let mut ws = Workspace::create(Path::new(CASSIST), p.path(), &parent(&p), mode, "hostile").unwrap();
+    ws.name_literally(&["pkg/out.txt".to_owned()]).unwrap();
+    run_ok(
+        &ws,
+        &format!(
+            "set -e; ln -s {} pkg; truncate -s 2G sparse.bin; mkfifo run.fifo; ln -s /etc/passwd passwd",
+            outside.display()
+        ),
+    );
+    let cs = ws.changes().unwrap();
+    assert!(
+        cs.changes.iter().all(|c| !c.new.as_deref().is_some_and(|b| b.windows(6).any(|w| w == b"SECRET"))),
+        "the secret was read through the agent's link: {}",
+        describe(&cs)
+    );
+    let started = Instant::now();
+    let kept = ws.keep().expect("the kept tree");
+    assert!(started.elapsed() < Duration::from_secs(10), "keeping took {:?}", started.elapsed());
+    drop(ws);
+    let lstat = |rel: &str| std::fs::symlink_metadata(kept.join(rel));
+    assert_eq!(std::fs::read_link(kept.join("pkg")).unwrap(), outside);
+    assert_eq!(std::fs::read_link(kept.join("passwd")).unwrap(), Path::new("/etc/passwd"));
+    assert!(lstat("run.fifo").is_err(), "a fifo in the kept tree");
+    let sparse = lstat("sparse.bin").unwrap();
+    assert!(sparse.len() == 2 << 30 && sparse.blocks() < 1024, "{} blocks", sparse.blocks());
+    assert_eq!(std::fs::read_to_string(kept.join("src/a.txt")).unwrap(), "a\n");
+    assert_eq!(std::fs::read_to_string(outside.join("out.txt")).unwrap(), "SECRET-OUT");
+    remove_tree(kept.parent().unwrap());
 }
 
 /// Files the scope names literally are part of the change even when
