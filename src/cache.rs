@@ -62,6 +62,7 @@ pub fn record(
         changes,
         key: serde_json::to_value(&before.key).unwrap_or_default(),
         after_key: serde_json::to_value(&after.key).ok(),
+        outputs: None,
         agent: report.agent.clone(),
         agent_version: agent_version.clone(),
         date: date.clone(),

@@ -44,6 +44,11 @@ pub struct Entry {
     /// The key of the state the project was left in (after the run).
     #[serde(default)]
     pub after_key: Option<serde_json::Value>,
+    /// The task's outputs as the run left the tree: each path its patch
+    /// wrote or deleted, with its content hash then (`None`: absent). The
+    /// lock's `outputs` is their hash; `explain` names the ones that differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<Outputs>,
     pub agent: String,
     pub agent_version: Option<String>,
     pub date: String,
@@ -62,6 +67,64 @@ pub struct Entry {
 
 pub const ENTRY_FORMAT: u32 = 1;
 
+/// A task's outputs: path → content hash (`None`: absent), sorted.
+pub type Outputs = std::collections::BTreeMap<String, Option<String>>;
+
+impl Entry {
+    /// The paths the recorded change wrote or deleted (a rename's source
+    /// too), sorted: the task's outputs.
+    pub fn output_paths(&self) -> Vec<String> {
+        output_paths(&self.changes)
+    }
+}
+
+/// The paths `changes` write or delete (a rename's source too), sorted.
+fn output_paths(changes: &[StoredChange]) -> Vec<String> {
+    let mut paths: Vec<String> = changes
+        .iter()
+        .flat_map(|c| {
+            let from = match &c.kind {
+                crate::changes::ChangeKind::Renamed { from } => Some(from.clone()),
+                _ => None,
+            };
+            std::iter::once(c.path.clone()).chain(from)
+        })
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+/// Why a store entry cannot be used (SPEC 4: the task then runs as if
+/// there were no entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unusable {
+    /// The entry file is not an entry this cassist reads.
+    Garbage { file: PathBuf, why: String },
+    /// An object of the change is missing.
+    Missing { object: String, path: String },
+    /// An object of the change does not hash to its name.
+    Corrupt { object: String, path: String },
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unusable::Garbage { file, why } => write!(f, "its entry {} is unreadable ({why})", file.display()),
+            Unusable::Missing { object, path } => write!(f, "store object {object} (the new {path}) is missing"),
+            Unusable::Corrupt { object, path } => write!(f, "store object {object} (the new {path}) is corrupt"),
+        }
+    }
+}
+
+/// What [`Store::output_paths`] reads of an entry: its changes, nothing
+/// else (an entry holds whole input keys; planning reads one per task).
+#[derive(serde::Deserialize)]
+struct ChangesOnly {
+    format: u32,
+    changes: Vec<StoredChange>,
+}
+
 impl Store {
     pub fn open(root: &Path) -> Store {
         Store { dir: state_dir(root).join("store") }
@@ -76,14 +139,22 @@ impl Store {
         self.dir.join("objects").join(a).join(b)
     }
 
-    /// Stores `bytes`; returns their hash.
+    /// Stores `bytes`; returns their hash. An object already there is kept
+    /// only when it is whole: a corrupt one is written again.
     pub fn put_object(&self, bytes: &[u8]) -> std::io::Result<String> {
         let hash = blake3::hash(bytes).to_hex().to_string();
         let path = self.object_path(&hash);
-        if !path.exists() {
+        if !self.is_whole(&path, &hash) {
             write_atomic(&path, bytes)?;
         }
         Ok(hash)
+    }
+
+    /// Whether the object at `path` is there and hashes to `hash`.
+    fn is_whole(&self, path: &Path, hash: &str) -> bool {
+        let Ok(mut f) = std::fs::File::open(path) else { return false };
+        let mut hasher = blake3::Hasher::new();
+        std::io::copy(&mut f, &mut hasher).is_ok() && hasher.finalize().to_hex().as_str() == hash
     }
 
     /// Stores a file's content without reading it into memory (a
@@ -95,7 +166,7 @@ impl Store {
         std::io::copy(&mut f, &mut hasher)?;
         let hash = hasher.finalize().to_hex().to_string();
         let path = self.object_path(&hash);
-        if !path.exists() {
+        if !self.is_whole(&path, &hash) {
             let dir = path.parent().unwrap_or(&self.dir);
             std::fs::create_dir_all(dir)?;
             let tmp = dir.join(format!(".tmp-{}-{}", std::process::id(), &hash[..16]));
@@ -123,6 +194,49 @@ impl Store {
 
     fn entry_path(&self, before: &str) -> PathBuf {
         self.dir.join("entries").join(format!("{before}.json"))
+    }
+
+    /// The entry recorded for input hash `before`: `Ok(None)` when there is
+    /// none, an error when its file is there but unreadable. Its objects
+    /// are not checked (see [`Store::usable_entry`]).
+    pub fn read_entry(&self, before: &str) -> Result<Option<Entry>, Unusable> {
+        let file = self.entry_path(before);
+        let text = match std::fs::read(&file) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Unusable::Garbage { file, why: e.to_string() }),
+        };
+        let entry: Entry =
+            serde_json::from_slice(&text).map_err(|e| Unusable::Garbage { file: file.clone(), why: e.to_string() })?;
+        if entry.format != ENTRY_FORMAT {
+            return Err(Unusable::Garbage { file, why: format!("entry format {}", entry.format) });
+        }
+        Ok(Some(entry))
+    }
+
+    /// The entry recorded for `before`, if it can be replayed: its file
+    /// reads, and every object its change writes is there and whole (read
+    /// and hashed: O(change)). `Ok(None)`: no entry.
+    pub fn usable_entry(&self, before: &str) -> Result<Option<Entry>, Unusable> {
+        let Some(entry) = self.read_entry(before)? else { return Ok(None) };
+        for c in &entry.changes {
+            let Some(object) = &c.new else { continue };
+            match std::fs::read(self.object_path(object)) {
+                Ok(bytes) if blake3::hash(&bytes).to_hex().as_str() == object => {}
+                Ok(_) => return Err(Unusable::Corrupt { object: object.clone(), path: c.path.clone() }),
+                Err(_) => return Err(Unusable::Missing { object: object.clone(), path: c.path.clone() }),
+            }
+        }
+        Ok(Some(entry))
+    }
+
+    /// The outputs of the entry recorded for `before` (the paths its change
+    /// wrote or deleted), reading nothing else of it; `None` when there is
+    /// no readable entry.
+    pub fn output_paths(&self, before: &str) -> Option<Vec<String>> {
+        let text = std::fs::read(self.entry_path(before)).ok()?;
+        let entry: ChangesOnly = serde_json::from_slice(&text).ok()?;
+        (entry.format == ENTRY_FORMAT).then(|| output_paths(&entry.changes))
     }
 
     /// Records an entry (its objects must be stored already).
@@ -247,6 +361,14 @@ mod tests {
         assert!(store.has_object(&h));
         std::fs::write(store.object_path(&h), b"tampered").unwrap();
         assert!(store.get_object(&h).is_err(), "a corrupt object is refused");
+        // Stored again, it is whole again.
+        assert_eq!(store.put_object(b"hello").unwrap(), h);
+        assert_eq!(store.get_object(&h).unwrap(), b"hello");
+        std::fs::write(store.object_path(&h), b"hell").unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"hello").unwrap();
+        assert_eq!(store.put_object_file(&file).unwrap(), h);
+        assert_eq!(store.get_object(&h).unwrap(), b"hello");
     }
 
     /// An entry of task `name` (recorded before-hash `name`) adding `x`
@@ -267,6 +389,7 @@ mod tests {
             }],
             key: serde_json::json!({}),
             after_key: None,
+            outputs: None,
             agent: "demo".into(),
             agent_version: None,
             date: String::new(),
@@ -288,6 +411,30 @@ mod tests {
         assert!(store.get_entry("b").is_some());
         std::fs::remove_file(store.object_path(&h)).unwrap();
         assert!(store.get_entry("b").is_none());
+    }
+
+    #[test]
+    fn a_missing_corrupt_or_garbage_entry_is_unusable_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        assert!(matches!(store.usable_entry("none"), Ok(None)));
+        let h = store.put_object(b"new content").unwrap();
+        store.put_entry(&entry("b", &h)).unwrap();
+        assert!(store.usable_entry("b").unwrap().is_some());
+        assert_eq!(store.output_paths("b"), Some(vec!["x".to_owned()]));
+        // Truncated: present, but not what its name says.
+        std::fs::write(store.object_path(&h), b"new").unwrap();
+        assert_eq!(store.usable_entry("b").unwrap_err(), Unusable::Corrupt { object: h.clone(), path: "x".into() });
+        assert!(store.read_entry("b").unwrap().is_some(), "the entry itself still reads");
+        std::fs::remove_file(store.object_path(&h)).unwrap();
+        let missing = store.usable_entry("b").unwrap_err();
+        assert_eq!(missing, Unusable::Missing { object: h.clone(), path: "x".into() });
+        assert!(missing.to_string().contains(&h), "{missing}");
+        std::fs::write(store.entry_path("b"), b"{ not json").unwrap();
+        let garbage = store.usable_entry("b").unwrap_err();
+        assert!(matches!(garbage, Unusable::Garbage { .. }), "{garbage:?}");
+        assert!(garbage.to_string().contains("b.json"), "{garbage}");
+        assert_eq!(store.output_paths("b"), None);
     }
 
     #[test]
