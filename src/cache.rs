@@ -7,9 +7,10 @@ use std::path::Path;
 
 use crate::changes::{Change, ChangeKind, ChangeSet};
 use crate::lock::{Lock, LockEntry};
+use crate::plan::state::Basis;
 use crate::plan::{Plan, PlannedTask, State};
 use crate::runner::TaskResult;
-use crate::store::{ENTRY_FORMAT, Entry, Store, StoredChange};
+use crate::store::{ENTRY_FORMAT, Entry, Outputs, Store, StoredChange};
 
 /// Stores a change set's contents; returns the stored changes and the
 /// patch hash (blake3 of their canonical JSON).
@@ -53,6 +54,9 @@ pub fn record(
         }
     }
     let date = crate::lock::now_rfc3339();
+    // Right after integration, the outputs are the change's new contents.
+    let outputs = crate::plan::state::outputs_of(&changes);
+    let outputs_hash = crate::plan::state::outputs_hash(&outputs);
     let entry = Entry {
         format: ENTRY_FORMAT,
         task: before.task.name.clone(),
@@ -62,7 +66,7 @@ pub fn record(
         changes,
         key: serde_json::to_value(&before.key).unwrap_or_default(),
         after_key: serde_json::to_value(&after.key).ok(),
-        outputs: None,
+        outputs: Some(outputs),
         agent: report.agent.clone(),
         agent_version: agent_version.clone(),
         date: date.clone(),
@@ -79,6 +83,7 @@ pub fn record(
         LockEntry {
             before: before.hash.clone(),
             after: after.hash.clone(),
+            outputs: Some(outputs_hash),
             patch: patch.clone(),
             agent: report.agent.clone(),
             agent_version,
@@ -89,14 +94,38 @@ pub fn record(
     Ok(patch)
 }
 
-/// Moves a recorded task's after-state to `t`'s current hash (the project
-/// as a run left it), in the lock entry and the store entry.
-pub fn update_after(store: &Store, entry: &mut LockEntry, t: &PlannedTask) {
+/// Moves a recorded task's after-state to the project as a run left it:
+/// `t`'s current hash and the task's `outputs` then, in the lock entry and
+/// the store entry. Only the end of a run calls this (SPEC 4: nothing
+/// writes an intermediate after-state).
+/// `outputs`: `None` when the store no longer says which files they are
+/// (the recorded hash then stays).
+pub fn update_after(store: &Store, entry: &mut LockEntry, t: &PlannedTask, outputs: Option<Outputs>) {
     entry.after = t.hash.clone();
-    if let Some(mut e) = store.get_entry(&entry.before) {
+    if let Some(o) = &outputs {
+        entry.outputs = Some(crate::plan::state::outputs_hash(o));
+    }
+    if let Ok(Some(mut e)) = store.read_entry(&entry.before) {
         e.after = t.hash.clone();
         e.after_key = serde_json::to_value(&t.key).ok();
+        if outputs.is_some() {
+            e.outputs = outputs;
+        }
         let _ = store.put_entry(&e);
+    }
+}
+
+/// The lock line of a store entry (a replayed entry the lock did not
+/// record: SPEC 4).
+pub fn lock_line(e: &Entry) -> LockEntry {
+    LockEntry {
+        before: e.before.clone(),
+        after: e.after.clone(),
+        outputs: e.outputs.as_ref().map(crate::plan::state::outputs_hash),
+        patch: e.patch.clone(),
+        agent: e.agent.clone(),
+        agent_version: e.agent_version.clone(),
+        date: e.date.clone(),
     }
 }
 
@@ -176,30 +205,70 @@ pub fn apply_changes(spec: &Path) -> Result<(), String> {
 /// "dependency text-module changed", "agent claude 1.2 → 1.3",
 /// "template changed").
 pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
-    let Some(locked) = plan.lock.tasks.get(&t.task.name) else {
-        return vec!["never run: no record in cassist.lock".to_owned()];
+    let c = &t.cached;
+    let replays = match c.after_replay_of.as_slice() {
+        [] => String::new(),
+        tasks => format!(
+            " (as the replay of {} will leave them)",
+            tasks.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(", ")
+        ),
     };
-    match t.state {
-        State::UpToDate => return vec!["unchanged since it was recorded".to_owned()],
-        State::Replay => {
-            return vec!["inputs equal the recorded state before the run; the stored change is replayed".to_owned()];
-        }
-        State::Run => {}
+    let mut reasons: Vec<String> = c.outputs_changed.clone();
+    if let Some(u) = &c.unusable {
+        reasons.push(format!("the stored run cannot be used: {u}"));
     }
+    match (t.state, c.basis) {
+        (State::UpToDate, _) => return vec!["unchanged since it was recorded".to_owned()],
+        (State::Replay, Basis::OutputsChanged) => {
+            reasons.push(format!(
+                "its inputs are as the recorded run left them{replays}; the stored change is written again"
+            ));
+            return reasons;
+        }
+        (State::Replay, Basis::StoreEntry) => {
+            reasons.push(format!(
+                "the store holds a run of these inputs{replays} that cassist.lock does not record (an interrupted run, or inputs seen before); the stored change is replayed"
+            ));
+            return reasons;
+        }
+        (State::Replay, _) => {
+            reasons.push(format!(
+                "inputs equal the recorded state before the run{replays}; the stored change is replayed"
+            ));
+            return reasons;
+        }
+        (State::Run, Basis::OutputsChanged) => return reasons,
+        (State::Run, Basis::StoreEntry) => {
+            reasons.push(
+                "cassist.lock does not record these inputs, though the store holds a run of them (`cassist run` without --locked replays it and records it)"
+                    .to_owned(),
+            );
+            return reasons;
+        }
+        (State::Run, _) => {}
+    }
+    let Some(locked) = plan.lock.tasks.get(&t.task.name) else {
+        reasons.push("never run: no record in cassist.lock".to_owned());
+        return reasons;
+    };
     // Compare with the state the project was left in (the entry's
     // after-key), else with the state before the run.
-    let Some(entry) = plan.store.get_entry(&locked.before) else {
-        return vec![format!(
+    let Some(entry) = plan.store.read_entry(&locked.before).ok().flatten() else {
+        reasons.push(format!(
             "inputs changed since {} (the store holds no record of them to compare: it was cleaned, or this is a fresh clone)",
             if locked.date.is_empty() { "the last run".to_owned() } else { locked.date.clone() }
-        )];
+        ));
+        return reasons;
     };
     let after = entry.after_key.is_some();
     let old = match key_from_json(entry.after_key.as_ref().unwrap_or(&entry.key)) {
         Some(k) => k,
-        None => return vec!["inputs changed (the recorded key is from another version of cassist)".to_owned()],
+        None => {
+            reasons.push("inputs changed (the recorded key is from another version of cassist)".to_owned());
+            return reasons;
+        }
     };
-    let mut reasons = Vec::new();
+    let known = reasons.len();
     let spec_old = &old.spec;
     let spec_new = &t.key.spec;
     let fields: [(&str, bool); 10] = [
@@ -273,7 +342,7 @@ pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
             reasons.push(format!("{name} removed"));
         }
     }
-    if reasons.is_empty() {
+    if reasons.len() == known {
         reasons.push("inputs changed".to_owned());
     }
     reasons

@@ -7,12 +7,23 @@
 //! version 1
 //! task "add-slugify" {
 //!     before "<input hash before the run>"
-//!     after "<input hash after integration>"
+//!     after "<input hash of the project the run left>"
+//!     outputs "<hash of the task's outputs in the project the run left>"
 //!     patch "<hash of the integrated change>"
 //!     agent "claude" version="2.1.197 (Claude Code)"
 //!     date "2026-11-30T12:00:00Z"
 //! }
 //! ```
+//!
+//! `before` and `after` are input hashes (SPEC 4): the task's inputs before
+//! its recorded run, and as the run left the project (a later task of the
+//! same run may have changed them). `outputs` is the rest of the
+//! after-state: blake3 over the sorted paths the task's patch wrote or
+//! deleted, each with its content hash as the run left the tree (absent for
+//! a deleted path; see `plan::hash::outputs_hash`). A task is `up-to-date`
+//! when its inputs equal `after` and its outputs still hash to `outputs`. A
+//! line without `outputs` (written by an older cassist) is checked on its
+//! inputs only.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,6 +38,9 @@ const VERSION: i128 = 1;
 pub struct LockEntry {
     pub before: String,
     pub after: String,
+    /// The task's outputs as the run left them (`None`: a line written by
+    /// an older cassist, checked on inputs only).
+    pub outputs: Option<String>,
     pub patch: String,
     pub agent: String,
     pub agent_version: Option<String>,
@@ -104,6 +118,7 @@ impl Lock {
                         LockEntry {
                             before: field("before")?,
                             after: field("after")?,
+                            outputs: get("outputs"),
                             patch: field("patch")?,
                             agent: field("agent")?,
                             agent_version: agent_node
@@ -128,6 +143,9 @@ impl Lock {
             out.push_str(&format!("\ntask {}{{\n", quote(name) + " "));
             out.push_str(&format!("    before {}\n", quote(&e.before)));
             out.push_str(&format!("    after {}\n", quote(&e.after)));
+            if let Some(o) = &e.outputs {
+                out.push_str(&format!("    outputs {}\n", quote(o)));
+            }
             out.push_str(&format!("    patch {}\n", quote(&e.patch)));
             match &e.agent_version {
                 Some(v) => out.push_str(&format!("    agent {} version={}\n", quote(&e.agent), quote(v))),
@@ -163,7 +181,17 @@ fn parse_own_format(text: &str) -> Option<Lock> {
                 };
                 let before = field("before")?;
                 let after = field("after")?;
-                let patch = field("patch")?;
+                // `outputs` is optional (older lines have none).
+                let mut next = lines.next()?;
+                let outputs = match next.strip_prefix("    outputs ") {
+                    Some(v) => {
+                        let v = unquote(v)?;
+                        next = lines.next()?;
+                        Some(v)
+                    }
+                    None => None,
+                };
+                let patch = unquote(next.strip_prefix("    patch ")?)?;
                 let agent_line = lines.next()?.strip_prefix("    agent ")?;
                 let (agent, agent_version) = match agent_line.find("\" version=\"") {
                     Some(i) => (unquote(&agent_line[..=i])?, Some(unquote(&agent_line[i + 10..])?)),
@@ -173,7 +201,7 @@ fn parse_own_format(text: &str) -> Option<Lock> {
                 if lines.next()? != "}" {
                     return None;
                 }
-                lock.tasks.insert(name, LockEntry { before, after, patch, agent, agent_version, date });
+                lock.tasks.insert(name, LockEntry { before, after, outputs, patch, agent, agent_version, date });
             }
         }
     }
@@ -254,6 +282,7 @@ mod tests {
         LockEntry {
             before: format!("{n}b"),
             after: format!("{n}a"),
+            outputs: Some(format!("{n}o")),
             patch: format!("{n}p"),
             agent: "claude".into(),
             agent_version: Some("2.1.197 (Claude Code)".into()),
@@ -278,18 +307,31 @@ mod tests {
         let mut lock = Lock::default();
         lock.tasks.insert("a \"quoted\" \\ name\tx".into(), entry(1));
         lock.tasks.insert("b".into(), LockEntry { agent_version: None, ..entry(2) });
+        lock.tasks.insert("c".into(), LockEntry { outputs: None, ..entry(3) });
         let text = lock.render();
         assert_eq!(parse_own_format(&text), Some(lock.clone()));
         // The KDL path reads the same file the same way.
         let mut doc_only = Lock::default();
         let kdl = KdlDocument::parse_v2(&text).unwrap();
-        assert_eq!(kdl.nodes().len(), 3);
+        assert_eq!(kdl.nodes().len(), 4);
         doc_only.tasks = lock.tasks.clone();
         assert_eq!(Lock::parse(&text).unwrap(), doc_only);
         // A hand-edited file (other spacing) still parses, through KDL.
         let edited = text.replace("    before", "  before");
         assert_eq!(parse_own_format(&edited), None);
         assert_eq!(Lock::parse(&edited).unwrap(), lock);
+    }
+
+    #[test]
+    fn a_line_of_an_older_cassist_has_no_outputs() {
+        let old = "// cassist.lock\nversion 1\n\ntask \"t\" {\n    before \"b\"\n    after \"a\"\n    patch \"p\"\n    agent \"claude\"\n    date \"d\"\n}\n";
+        let lock = parse_own_format(old).expect("the fast reader reads lines without outputs");
+        assert_eq!(lock.tasks["t"].outputs, None);
+        assert_eq!(lock.tasks["t"].patch, "p");
+        assert_eq!(Lock::parse(&old.replace("    ", "  ")).unwrap(), lock, "and so does the KDL reader");
+        // Written back unchanged: no `outputs` line is made up.
+        assert_eq!(Lock::parse(&lock.render()).unwrap(), lock);
+        assert!(!lock.render().contains("outputs"));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::event::{TaskEnd, TaskState};
 use crate::lock::Lock;
+use crate::plan::state::Basis;
 use crate::plan::{PlannedTask, State};
 use crate::runner::{Runner, TaskResult};
 
@@ -312,7 +313,10 @@ impl Schedule<'_> {
     /// What a task whose dependencies all passed does: its state decides.
     fn start(&self, t: &mut PlannedTask) -> Start {
         let runner = &self.runner;
-        if self.touched
+        // Hashed again once the tree may differ from what the plan hashed:
+        // a task of this run changed it, or the plan saw it through replays
+        // predicted before it (which, with -j N, may not be done yet).
+        if (self.touched || t.cached.predicted)
             && let Err(e) = rehash(runner, t, &self.outputs)
         {
             return Start::Done(Box::new(t.end().ended(TaskState::Failed, e)));
@@ -321,14 +325,37 @@ impl Schedule<'_> {
             t.state = State::Run;
         }
         let recorded = || self.lock.tasks.get(&t.task.name).and_then(|l| runner.plan.store.get_entry(&l.before));
+        if t.state == State::Replay {
+            // The entry is checked again (the plan's check may be old): one
+            // that cannot be used is as if there were none (SPEC 4).
+            let key = t.cached.entry.clone().unwrap_or_default();
+            match runner.plan.store.usable_entry(&key) {
+                // `--locked` replays only what cassist.lock records.
+                Ok(Some(_)) if self.opts.locked && t.cached.basis == Basis::StoreEntry => {
+                    t.state = State::Run;
+                }
+                Ok(Some(entry)) => return Start::Spawn(Box::new(move |runner, t| runner.replay_task(t, &entry))),
+                Ok(None) => {
+                    warn(&format!("the stored run of task `{}` vanished from the store; the task runs", t.task.name));
+                    t.state = State::Run;
+                }
+                Err(why) => {
+                    warn(&crate::plan::unusable_warning(&t.task.name, &why.to_string()).message);
+                    t.cached.unusable = Some(why.to_string());
+                    t.state = State::Run;
+                }
+            }
+        } else if let Some(why) = &t.cached.unusable
+            && self.runner.plan.get(&t.task.name).is_none_or(|p| p.cached.unusable.as_ref() != Some(why))
+        {
+            // Found when hashing again during the run: said now (the plan
+            // said the others).
+            warn(&crate::plan::unusable_warning(&t.task.name, why).message);
+        }
         match t.state {
             State::UpToDate => Start::Done(Box::new(up_to_date(runner, t, &self.lock))),
-            State::Replay => match recorded() {
-                Some(entry) => Start::Spawn(Box::new(move |runner, t| runner.replay_task(t, &entry))),
-                None => {
-                    Start::Done(Box::new(t.end().ended(TaskState::Failed, "the stored change vanished from the store")))
-                }
-            },
+            // Started above; never reached.
+            State::Replay => Start::Done(Box::new(t.end().ended(TaskState::Failed, "internal error: replay"))),
             State::Run if self.opts.locked => {
                 let why = crate::cache::why(&runner.plan, t);
                 Start::Done(Box::new(t.skipped(format!("--locked: an agent would be needed ({})", why.join("; ")))))
@@ -421,27 +448,34 @@ impl Schedule<'_> {
 
     /// A replayed task: the stored entry (the agent's prompts, transcripts,
     /// cost) and the lock line stand as recorded: recording the replay
-    /// would drop them and churn the lock's date. Only the after-state may
-    /// move. Returns the task's output.
+    /// would drop them and churn the lock's date. Nor does its after-state
+    /// move here: a replay reproduces the recorded tree, and the end of
+    /// the run (`cmd::run`, never with `--locked`) hashes what the run
+    /// left. An entry the lock does not record (a run killed before its
+    /// line was written) gets its line. Returns the task's output.
     fn settle_replayed(&mut self, t: &PlannedTask) -> Option<String> {
-        let mut after = t.clone();
-        let rehashed = rehash(&self.runner, &mut after, &self.outputs).is_ok();
-        let moved = match self.lock.tasks.get_mut(&t.task.name) {
-            Some(entry) if rehashed && entry.after != after.hash => {
-                crate::cache::update_after(&self.runner.plan.store, entry, &after);
-                true
+        let key = t.cached.entry.as_deref()?;
+        let recorded = self.lock.tasks.get(&t.task.name).is_some_and(|l| l.before == key);
+        if !recorded
+            && !self.opts.locked
+            && let Ok(Some(entry)) = self.runner.plan.store.read_entry(key)
+        {
+            self.lock.tasks.insert(t.task.name.clone(), crate::cache::lock_line(&entry));
+            if let Err(e) = self.lock.save(&self.runner.plan.project.root) {
+                warn(&format!("could not write cassist.lock: {e}"));
             }
-            _ => false,
-        };
-        if moved && let Err(e) = self.lock.save(&self.runner.plan.project.root) {
-            eprintln!("warning: could not write cassist.lock: {e}");
         }
-        self.lock.tasks.get(&t.task.name).map(|e| e.patch.clone())
+        t.cached.patch.clone()
     }
 
     /// A passed task goes into the store and the lock; returns its output
     /// (the patch hash), or `None` when it could not be recorded.
     fn record(&mut self, t: &PlannedTask, r: &TaskResult) -> Option<String> {
+        if self.opts.locked {
+            // No agent runs under `--locked`, so nothing passes; should
+            // something, the lock is still never written.
+            return None;
+        }
         let runner = &self.runner;
         let root = &runner.plan.project.root;
         let mut after = t.clone();
@@ -463,6 +497,11 @@ impl Schedule<'_> {
             }
         }
     }
+}
+
+/// A warning on stderr (between progress lines).
+fn warn(message: &str) {
+    eprintln!("warning: {message}");
 }
 
 /// A task whose inputs equal its recorded after-state: nothing to do; its

@@ -122,6 +122,7 @@ impl std::fmt::Display for Unusable {
 #[derive(serde::Deserialize)]
 struct ChangesOnly {
     format: u32,
+    patch: String,
     changes: Vec<StoredChange>,
 }
 
@@ -232,11 +233,11 @@ impl Store {
 
     /// The outputs of the entry recorded for `before` (the paths its change
     /// wrote or deleted), reading nothing else of it; `None` when there is
-    /// no readable entry.
-    pub fn output_paths(&self, before: &str) -> Option<Vec<String>> {
+    /// no readable entry, or its patch is not `patch`.
+    pub fn output_paths(&self, before: &str, patch: &str) -> Option<Vec<String>> {
         let text = std::fs::read(self.entry_path(before)).ok()?;
         let entry: ChangesOnly = serde_json::from_slice(&text).ok()?;
-        (entry.format == ENTRY_FORMAT).then(|| output_paths(&entry.changes))
+        (entry.format == ENTRY_FORMAT && entry.patch == patch).then(|| output_paths(&entry.changes))
     }
 
     /// Records an entry (its objects must be stored already).
@@ -421,7 +422,8 @@ mod tests {
         let h = store.put_object(b"new content").unwrap();
         store.put_entry(&entry("b", &h)).unwrap();
         assert!(store.usable_entry("b").unwrap().is_some());
-        assert_eq!(store.output_paths("b"), Some(vec!["x".to_owned()]));
+        assert_eq!(store.output_paths("b", ""), Some(vec!["x".to_owned()]));
+        assert_eq!(store.output_paths("b", "another patch"), None);
         // Truncated: present, but not what its name says.
         std::fs::write(store.object_path(&h), b"new").unwrap();
         assert_eq!(store.usable_entry("b").unwrap_err(), Unusable::Corrupt { object: h.clone(), path: "x".into() });
@@ -434,7 +436,7 @@ mod tests {
         let garbage = store.usable_entry("b").unwrap_err();
         assert!(matches!(garbage, Unusable::Garbage { .. }), "{garbage:?}");
         assert!(garbage.to_string().contains("b.json"), "{garbage}");
-        assert_eq!(store.output_paths("b"), None);
+        assert_eq!(store.output_paths("b", ""), None);
     }
 
     #[test]

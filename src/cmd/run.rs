@@ -109,9 +109,11 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
 
     crate::plan::timing("run tasks");
     let interrupted = cancel.is_cancelled() || interrupts.load(Ordering::SeqCst) > 0;
-    // A later task may change an earlier one's context files: the state
-    // the project is left in is what each recorded task's after-hash must
-    // describe, so an unchanged project is up-to-date next time.
+    // A later task may change an earlier one's context files or outputs:
+    // the state the project is left in is what each recorded task's
+    // after-state (inputs and outputs) must describe, so an unchanged
+    // project is up-to-date next time. This is the only place an
+    // after-state moves, and `--locked` never writes the lock.
     if touched && !interrupted && !args.locked {
         let mut changed = false;
         for (planned, r) in selected.iter().zip(&reports) {
@@ -121,10 +123,13 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
             let mut t = planned.clone();
             if plan.rehash(&mut t, &outputs).is_ok()
                 && let Some(entry) = lock.tasks.get_mut(&t.task.name)
-                && entry.after != t.hash
             {
-                crate::cache::update_after(&plan.store, entry, &t);
-                changed = true;
+                let now = plan.outputs_now(entry);
+                let moved = now.as_ref().is_some_and(|o| entry.outputs != Some(crate::plan::state::outputs_hash(o)));
+                if entry.after != t.hash || moved {
+                    crate::cache::update_after(&plan.store, entry, &t, now);
+                    changed = true;
+                }
             }
         }
         if changed && let Err(e) = lock.save(&plan.project.root) {

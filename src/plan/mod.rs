@@ -6,6 +6,7 @@ pub mod dag;
 pub mod discover;
 pub mod filehash;
 pub mod hash;
+pub mod state;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -88,6 +89,9 @@ pub struct PlannedTask {
     pub key: InputKey,
     pub hash: String,
     pub state: State,
+    /// What stands behind the state (the entry to replay, the recorded
+    /// patch, an unusable entry).
+    pub cached: state::Cached,
 }
 
 /// Tasks in run order with their hashes.
@@ -107,6 +111,9 @@ pub struct Plan {
     /// The file-hash cache, kept for hashing again during a run (saved by
     /// [`Plan::save_caches`]).
     pub file_cache: std::sync::Mutex<filehash::FileHashCache>,
+    /// Which paths each recorded patch wrote (saved by
+    /// [`Plan::save_caches`]).
+    pub output_index: std::sync::Mutex<state::OutputIndex>,
 }
 
 impl Plan {
@@ -529,11 +536,6 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
     let file_hash: HashMap<String, String> =
         unique.iter().zip(hashes).map(|(f, h)| (f.path.clone(), blake3::Hash::from(h).to_hex().to_string())).collect();
     let files_hashed = cache.hashed;
-    if std::fs::create_dir_all(crate::fsx::state_dir(&project.root)).is_ok() {
-        let _ = crate::fsx::ensure_state_dir(&project.root);
-        let _ = cache.save();
-        let _ = spec_cache.save();
-    }
 
     timing("hash files");
     let template_hash = hash_bytes(template.1.as_bytes());
@@ -561,6 +563,13 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
     // What each planned task hands its dependents: its recorded output
     // (patch hash) when it will not run, else its input hash.
     let mut outputs: HashMap<String, String> = HashMap::new();
+    // The changes of the replays predicted so far: later tasks see them
+    // (SPEC 4: `plan` predicts replay chains as `run` does them).
+    let mut overlay = state::Overlay::default();
+    let mut output_index = state::OutputIndex::load(&project.root);
+    let instruction_patterns: Vec<String> =
+        config.instructions.iter().map(|p| p.value.clone()).chain(project.instruction_files()).collect();
+    let mut warnings = warnings;
     for (task, (ctx, refs)) in tasks.into_iter().zip(files) {
         let agent = resolve_agent(&task, agent_override.as_deref(), config);
         let sandbox = effective_sandbox(&task, config.trust.map(|t| t.level));
@@ -582,31 +591,67 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
             },
             hash: String::new(),
             state: State::Run,
+            cached: state::Cached::default(),
             task,
         };
-        let file_inputs = |kind: &'static str, files: &[ResolvedFile]| -> Vec<Input> {
-            files
-                .iter()
-                .map(|f| Input { kind, name: f.path.clone(), hash: file_hash[f.path.as_str()].clone() })
-                .collect()
+        let root = &project.root;
+        let mut hash_file = |path: &str| -> Option<String> {
+            let m = std::fs::metadata(root.join(path)).ok().filter(|m| m.is_file())?;
+            let f = ResolvedFile { path: path.to_owned(), stamp: crate::paths::Stamp::of(&m) };
+            let h = cache.hash_files(root, &[&f]).ok()?.pop()?;
+            Some(blake3::Hash::from(h).to_hex().to_string())
         };
-        hashing.fill_key(
-            config,
-            &mut t,
-            &instruction_inputs,
-            file_inputs("context", &ctx),
-            file_inputs("reference", &refs),
-            &outputs,
-        );
-        t.state = state_of(&lock, &store, &t);
-        let output = match t.state {
-            State::UpToDate | State::Replay => lock.tasks[&t.task.name].patch.clone(),
-            State::Run => t.hash.clone(),
+        let (instructions, context, reference) = if overlay.is_empty() {
+            let file_inputs = |kind: &'static str, files: &[ResolvedFile]| -> Vec<Input> {
+                files
+                    .iter()
+                    .map(|f| Input { kind, name: f.path.clone(), hash: file_hash[f.path.as_str()].clone() })
+                    .collect()
+            };
+            (instruction_inputs.clone(), file_inputs("context", &ctx), file_inputs("reference", &refs))
+        } else {
+            let values = |v: &[crate::spec::Spanned<String>]| v.iter().map(|p| p.value.clone()).collect::<Vec<_>>();
+            let context = overlay.inputs("context", &values(&t.task.context), &ctx, &file_hash, &mut hash_file);
+            let reference = overlay.inputs("reference", &values(&t.task.reference), &refs, &file_hash, &mut hash_file);
+            t.context_files = context.iter().map(|i| i.name.clone()).collect();
+            t.reference_files = reference.iter().map(|i| i.name.clone()).collect();
+            let instr =
+                overlay.inputs("instructions", &instruction_patterns, &instructions, &file_hash, &mut hash_file);
+            (instr, context, reference)
+        };
+        hashing.fill_key(config, &mut t, &instructions, context, reference, &outputs);
+        let (st, cached) = state::state_of(&lock, &store, &mut output_index, &t.task.name, &t.hash, &mut |paths| {
+            state::outputs_now(&project.root, &mut cache, paths, &overlay)
+        });
+        (t.state, t.cached) = (st, cached);
+        if !overlay.is_empty() {
+            t.cached.predicted = true;
+            let inputs = t.key.inputs.iter().filter(|i| matches!(i.kind, "context" | "reference" | "instructions"));
+            t.cached.after_replay_of =
+                overlay.writers(inputs.map(|i| i.name.as_str())).into_iter().map(str::to_owned).collect();
+        }
+        if let Some(why) = &t.cached.unusable {
+            warnings.push(unusable_warning(&t.task.name, why));
+        }
+        if t.state == State::Replay
+            && let Some(entry) = t.cached.entry.as_deref().and_then(|k| store.read_entry(k).ok().flatten())
+        {
+            overlay.lay(&t.task.name, &entry, &store);
+        }
+        let output = match (&t.cached.patch, t.state) {
+            (Some(patch), State::UpToDate | State::Replay) => patch.clone(),
+            _ => t.hash.clone(),
         };
         outputs.insert(t.task.name.clone(), output);
         planned.push(t);
     }
     timing("hash tasks");
+    if std::fs::create_dir_all(crate::fsx::state_dir(&project.root)).is_ok() {
+        let _ = crate::fsx::ensure_state_dir(&project.root);
+        let _ = cache.save();
+        let _ = spec_cache.save();
+        let _ = output_index.save();
+    }
     Ok(Plan {
         project,
         tasks: planned,
@@ -618,16 +663,17 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
         store,
         hashing,
         file_cache: std::sync::Mutex::new(cache),
+        output_index: std::sync::Mutex::new(output_index),
     })
 }
 
-/// The state of a task against the lock and the store (SPEC 4).
-pub fn state_of(lock: &crate::lock::Lock, store: &crate::store::Store, t: &PlannedTask) -> State {
-    match lock.tasks.get(&t.task.name) {
-        Some(e) if e.after == t.hash => State::UpToDate,
-        Some(e) if e.before == t.hash && store.get_entry(&e.before).is_some() => State::Replay,
-        _ => State::Run,
-    }
+/// The warning for a store entry a task cannot use (SPEC 4).
+pub fn unusable_warning(task: &str, why: &str) -> SpecDiagnostic {
+    SpecDiagnostic::warning(
+        "unusable-cache-entry",
+        format!("the stored run of task `{task}` cannot be used: {why}; the task runs as if there were none"),
+    )
+    .help("the task's next run stores it afresh; `cassist cache clean` empties the store")
 }
 
 /// What every task's key shares.
@@ -706,6 +752,9 @@ impl Plan {
         if let Ok(mut c) = self.file_cache.lock() {
             let _ = c.save();
         }
+        if let Ok(mut c) = self.output_index.lock() {
+            let _ = c.save();
+        }
     }
 
     /// Hashes `t` again on the project as it is now (earlier tasks may have
@@ -757,8 +806,24 @@ impl Plan {
         t.context_files = ctx.iter().map(|f| f.path.clone()).collect();
         t.reference_files = refs.iter().map(|f| f.path.clone()).collect();
         self.hashing.fill_key(&self.project.config, t, &instructions, context, reference, outputs);
-        t.state = state_of(&self.lock, &self.store, t);
+        let mut index = self.output_index.lock().unwrap_or_else(|e| e.into_inner());
+        let (st, cached) = state::state_of(&self.lock, &self.store, &mut index, &t.task.name, &t.hash, &mut |paths| {
+            state::outputs_now(root, &mut cache, paths, &state::Overlay::default())
+        });
+        (t.state, t.cached) = (st, cached);
         Ok(())
+    }
+
+    /// The outputs of the change a lock line records, in the project as it
+    /// is now: each path with its content hash (`None`: absent), through
+    /// the file-hash cache. `None` when the store no longer says which
+    /// files they are.
+    pub fn outputs_now(&self, line: &crate::lock::LockEntry) -> Option<crate::store::Outputs> {
+        // The file cache first, then the index, as `rehash` takes them.
+        let mut cache = self.file_cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut index = self.output_index.lock().unwrap_or_else(|e| e.into_inner());
+        let paths = index.paths(&self.store, &line.before, &line.patch)?;
+        Some(state::outputs_now(&self.project.root, &mut cache, paths, &state::Overlay::default()))
     }
 }
 

@@ -69,6 +69,7 @@ fn earlier_lock() -> String {
     let entry = LockEntry {
         before: "1".repeat(64),
         after: "2".repeat(64),
+        outputs: None,
         patch: "3".repeat(64),
         agent: "good".into(),
         agent_version: None,

@@ -12,13 +12,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::support::{Output, Project, Test, map as states, processes_with, wait_until, write, write_executable};
+use crate::support::{Output, Project, Test, flat, map as states, processes_with, wait_until, write, write_executable};
 
 // ---------------------------------------------------------------------------
 // Support
 
 /// The counting agent. `COUNT_DIR` (pass-env) is a folder outside the
-/// project: `calls` gets one line per invocation. With `SLEEP_TASK` naming
+/// project: `calls` gets one line per invocation; `hook-<task>.sh` there,
+/// if any, is sourced after it wrote `out/<task>.txt`. With `SLEEP_TASK` naming
 /// this task, the agent touches `$COUNT_DIR/<task>.started` and waits (at
 /// most 60 s) for `$COUNT_DIR/go`.
 const AGENT: &str = r#"#!/bin/sh
@@ -35,6 +36,9 @@ if [ "${SLEEP_TASK:-}" = "$CASSIST_TASK" ]; then
 fi
 mkdir -p out
 printf '%s\n' "$prompt" | awk '/^# Goal$/ { f = 1; next } /^# / { f = 0 } f && NF' > "out/$CASSIST_TASK.txt"
+if [ -f "$COUNT_DIR/hook-$CASSIST_TASK.sh" ]; then
+    . "$COUNT_DIR/hook-$CASSIST_TASK.sh"
+fi
 echo "count: wrote out/$CASSIST_TASK.txt"
 printf '{"success": true, "summary": "wrote out/%s.txt"}\n' "$CASSIST_TASK" > "$CASSIST_RESULT_FILE"
 "#;
@@ -121,10 +125,16 @@ const ALL: [&str; 3] = ["base", "other", "top"];
 /// out folder (agents may write temp folders). Every command gets
 /// `COUNT_DIR`.
 fn project() -> Project {
-    let test = Test::new().outside_tmp().file("prompt.md", TEMPLATE).file("tasks/t.kdl", TASKS);
+    project_with(TASKS, &[])
+}
+
+/// The project with `tasks` as its task file and `files` added.
+fn project_with(tasks: &str, files: &[(&str, &str)]) -> Project {
+    let test = Test::new().outside_tmp().file("prompt.md", TEMPLATE).file("tasks/t.kdl", tasks);
     let test = [("x", "base"), ("y", "top"), ("z", "other")].iter().fold(test, |t, (f, task)| {
         t.file(&format!("src/{f}.py"), format!("print('{f}')\n")).file(&format!("out/{task}.txt"), "todo\n")
     });
+    let test = files.iter().fold(test, |t, (rel, text)| t.file(rel, text));
     let p = test.build();
     let count_dir = p.out().join("count");
     let p = p.with_env("COUNT_DIR", &count_dir.display().to_string());
@@ -204,6 +214,8 @@ fn assert_consistent(p: &Project, tasks: &[&str]) {
         assert_eq!(entry.task, *name);
         assert_eq!(entry.patch, l.patch, "`{name}`: the lock's patch is the entry's");
         assert_eq!(entry.after, l.after, "`{name}`: the lock's after-hash is the entry's");
+        let outputs = entry.outputs.as_ref().map(cassist::plan::state::outputs_hash);
+        assert_eq!(outputs, l.outputs, "`{name}`: the lock's outputs are the entry's");
     }
     for sub in ["entries", "objects"] {
         crate::support::assert_no_temp_files(&p.path().join(".cassist/store").join(sub));
@@ -345,6 +357,262 @@ fn a_replay_verifies_acceptance_again() {
     assert_eq!(done.states(), all("replayed"), "{}", done.transcript());
     assert_eq!(calls(&p).len(), 3);
     assert_eq!(p.read("out/base.txt"), "Write the base.\n");
+}
+
+// ---------------------------------------------------------------------------
+// Outputs (SPEC 4: the after-state covers the files a task wrote)
+
+/// Two tasks whose context does not cover what they write: `first` writes
+/// `out/first.txt`; `second` (after it) writes `out/second.txt` and adds a
+/// line to `out/first.txt`.
+const WRITERS: &str = r#"task "first" {
+    goal "Write the first."
+    context {
+        file "src/x.py"
+    }
+    scope {
+        path "out/**"
+    }
+}
+
+task "second" {
+    goal "Write the second."
+    depends-on "first"
+    context {
+        file "src/y.py"
+    }
+    scope {
+        path "out/**"
+    }
+}
+"#;
+
+fn writers() -> Project {
+    let p = project_with(WRITERS, &[]);
+    write(&count_dir(&p).join("hook-second.sh"), "echo 'second was here' >> out/first.txt\n");
+    let done = p.run(&[]).exec();
+    assert_eq!(done.states(), states(&[("first", "passed"), ("second", "passed")]), "{}", done.transcript());
+    assert_eq!(p.read("out/first.txt"), "Write the first.\nsecond was here\n");
+    p
+}
+
+#[test]
+fn a_deleted_or_edited_output_is_replayed_not_up_to_date() {
+    let p = writers();
+    // The outputs are hashed as the run left them: `second` edited the
+    // output of `first`, which is still up-to-date.
+    assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
+    assert_consistent(&p, &["first", "second"]);
+    let lock = p.read("cassist.lock");
+    assert_eq!(lock.matches("    outputs \"").count(), 2, "{lock}");
+
+    // Deleted: `first` writes it again, then `second` adds its line again.
+    std::fs::remove_file(p.path().join("out/first.txt")).unwrap();
+    assert_eq!(plan_states(&p), states(&[("first", "replay"), ("second", "replay")]));
+    let why = explain(&p, "first");
+    assert!(why.contains("state replay") && why.contains("output out/first.txt deleted"), "{why}");
+    let why = explain(&p, "second");
+    assert!(why.contains("output out/first.txt changed"), "through first's replay, as run sees it: {why}");
+    let done = p.run(&[]).exec();
+    assert_eq!(done.states(), states(&[("first", "replayed"), ("second", "replayed")]), "{}", done.transcript());
+    assert_eq!(calls_sorted(&p), strings(&["first", "second"]), "a replay called an agent");
+    assert_eq!(p.read("out/first.txt"), "Write the first.\nsecond was here\n");
+    assert_eq!(p.read("cassist.lock"), lock, "a replay reproduces the recorded tree");
+    assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
+
+    // Edited, then replayed by `--locked`, which leaves the lock alone.
+    p.file("out/second.txt", "edited by hand\n");
+    assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "replay")]));
+    assert!(explain(&p, "second").contains("output out/second.txt changed"), "{}", explain(&p, "second"));
+    let done = p.run(&["--locked"]).exec();
+    assert_eq!(done.states(), states(&[("first", "up-to-date"), ("second", "replayed")]), "{}", done.transcript());
+    assert_eq!(p.read("out/second.txt"), "Write the second.\n");
+    assert_eq!(p.read("cassist.lock"), lock, "--locked wrote cassist.lock");
+    assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
+    assert_eq!(calls(&p).len(), 2);
+    assert_consistent(&p, &["first", "second"]);
+}
+
+#[test]
+fn a_lock_line_without_outputs_is_checked_on_inputs_only() {
+    let p = writers();
+    let lock = p.read("cassist.lock");
+    let old: String = lock.lines().filter(|l| !l.starts_with("    outputs ")).map(|l| format!("{l}\n")).collect();
+    assert_ne!(old, lock);
+    p.file("cassist.lock", &old);
+    std::fs::remove_file(p.path().join("out/second.txt")).unwrap();
+    assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
+    let done = p.run(&[]).exec();
+    assert_eq!(done.states(), states(&[("first", "up-to-date"), ("second", "up-to-date")]), "{}", done.transcript());
+    assert_eq!(p.read("cassist.lock"), old, "an up-to-date run leaves an older lock as it is");
+}
+
+// ---------------------------------------------------------------------------
+// Replay chains: `plan` predicts what `run` does
+
+/// `use` depends on `make`, and its context (`out/m*.txt`) takes in the
+/// file `make` adds (`out/make.txt`) besides `out/marker.txt`.
+const CHAIN: &str = r#"task "make" {
+    goal "Write the make."
+    context {
+        file "src/x.py"
+    }
+    scope {
+        path "out/**"
+    }
+}
+
+task "use" {
+    goal "Write the use."
+    depends-on "make"
+    context {
+        file "out/m*.txt"
+    }
+    scope {
+        path "out/**"
+    }
+}
+"#;
+
+#[test]
+fn plan_predicts_a_replay_chain_as_run_does_it() {
+    let p = project_with(CHAIN, &[("out/marker.txt", "marker\n")]);
+    let done = p.run(&[]).exec();
+    assert_eq!(done.states(), states(&[("make", "passed"), ("use", "passed")]), "{}", done.transcript());
+    let lock = p.read("cassist.lock");
+    // Undone as a user would: `out/make.txt` and `out/use.txt` go.
+    p.git(&["clean", "-fdq", "out"]);
+    assert!(!p.exists("out/make.txt") && !p.exists("out/use.txt"));
+    // The dependent's context is what the replay of `make` writes: `use`
+    // is a replay too, not a run.
+    assert_eq!(plan_states(&p), states(&[("make", "replay"), ("use", "replay")]));
+    let why = explain(&p, "use");
+    assert!(why.contains("state replay") && why.contains("as the replay of `make` will leave them"), "{why}");
+    // And `run --locked` does exactly that, with no agent.
+    let done = p.run(&["--locked"]).exec();
+    assert_eq!(done.states(), states(&[("make", "replayed"), ("use", "replayed")]), "{}", done.transcript());
+    assert_eq!(calls_sorted(&p), strings(&["make", "use"]));
+    assert_eq!(p.read("out/use.txt"), "Write the use.\n");
+    assert_eq!(p.read("cassist.lock"), lock);
+    assert_eq!(plan_states(&p), states(&[("make", "up-to-date"), ("use", "up-to-date")]));
+}
+
+// ---------------------------------------------------------------------------
+// A lost lock line (SPEC 4: the store is a cache the plan trusts)
+
+#[test]
+fn a_store_entry_for_the_current_inputs_is_replayed_and_its_lock_line_written_again() {
+    let p = project();
+    first_run(&p);
+    let lock = p.read("cassist.lock");
+    restore_outputs(&p);
+    std::fs::remove_file(p.path().join("cassist.lock")).unwrap();
+    assert_eq!(plan_states(&p), all("replay"), "the store holds a run of each task's inputs");
+    let why = explain(&p, "top");
+    assert!(why.contains("the store holds a run of these inputs that cassist.lock does not record"), "{why}");
+
+    // `--locked` trusts the lock only: these would need an agent.
+    let done = p.run(&["--locked"]).status(3).exec();
+    assert!(done.stderr.contains("  base: cassist.lock does not record these inputs"), "{}", done.transcript());
+    assert!(!p.exists("cassist.lock"), "--locked wrote cassist.lock");
+    assert_eq!(p.read("out/base.txt"), "todo\n");
+
+    let done = p.run(&[]).exec();
+    assert_eq!(done.states(), all("replayed"), "{}", done.transcript());
+    assert_eq!(calls(&p).len(), 3, "a lost lock line cost an agent:\n{}", done.transcript());
+    assert_eq!(p.read("cassist.lock"), lock, "the lines come back as recorded");
+    assert_consistent(&p, &ALL);
+    assert_all_up_to_date(&p);
+
+    // Inputs seen before are replayed too, whatever the lock says now.
+    p.edit("tasks/t.kdl", "Write the other.", "Write the other, again.");
+    p.run(&[]).exec();
+    assert_eq!(calls(&p).len(), 4);
+    p.edit("tasks/t.kdl", "Write the other, again.", "Write the other.");
+    p.file("out/other.txt", "todo\n");
+    assert_eq!(plan_states(&p)["other"], "replay");
+    let done = p.run(&[]).exec();
+    assert_eq!(done.states()["other"], "replayed", "{}", done.transcript());
+    assert_eq!(p.read("out/other.txt"), "Write the other.\n");
+    assert_eq!(calls(&p).len(), 4);
+    assert_consistent(&p, &ALL);
+    assert_all_up_to_date(&p);
+}
+
+// ---------------------------------------------------------------------------
+// A broken store (SPEC 4: an unusable entry is as if there were none)
+
+/// The store entry `task`'s lock line names, and the object of the new
+/// content of `path` in it.
+fn stored(p: &Project, task: &str, path: &str) -> (PathBuf, PathBuf, String) {
+    let lock = cassist::lock::Lock::load(p.path()).unwrap();
+    let before = &lock.tasks[task].before;
+    let store = p.path().join(".cassist/store");
+    let entry = store.join("entries").join(format!("{before}.json"));
+    let e = cassist::store::Store::open(p.path()).read_entry(before).unwrap().unwrap();
+    let object = e.changes.iter().find(|c| c.path == path).unwrap().new.clone().unwrap();
+    (entry, store.join("objects").join(&object[..2]).join(&object[2..]), object)
+}
+
+/// The words of a command's stderr, without the frame of a diagnostic
+/// (which wraps its lines).
+fn words(stderr: &str) -> String {
+    flat(&stderr.replace('│', " "))
+}
+
+#[test]
+fn a_corrupt_or_missing_object_or_a_garbage_entry_is_warned_about_and_the_task_runs() {
+    let p = project();
+    first_run(&p);
+    restore_outputs(&p);
+    let (_, base_object, base_hash) = stored(&p, "base", "out/base.txt");
+    let (other_entry, other_object, other_hash) = stored(&p, "other", "out/other.txt");
+    // Truncated, deleted.
+    let bytes = std::fs::read(&base_object).unwrap();
+    std::fs::write(&base_object, &bytes[..bytes.len() / 2]).unwrap();
+    std::fs::remove_file(&other_object).unwrap();
+    let lock = p.read("cassist.lock");
+
+    let plan = p.cassist(&["plan", "--json"]).exec();
+    let said = words(&plan.stderr);
+    let base_said = format!("task `base` cannot be used: store object {base_hash} (the new out/base.txt) is corrupt");
+    assert!(said.contains(&base_said), "{}", plan.transcript());
+    let other_said = format!("`other` cannot be used: store object {other_hash} (the new out/other.txt) is missing");
+    assert!(said.contains(&other_said), "{}", plan.transcript());
+    assert!(said.contains("the task runs as if there were none"), "{said}");
+    // `top` depends on `base`, which runs: a new input for it too.
+    assert_eq!(plan_states(&p), all("run"));
+    assert!(explain(&p, "base").contains("is corrupt"), "{}", explain(&p, "base"));
+
+    // `--locked`: exit 3, each task named with why; nothing written.
+    let done = p.run(&["--locked"]).status(3).exec();
+    let said = words(&done.stderr);
+    assert!(said.contains(&format!("base: the stored run cannot be used: store object {base_hash}")), "{said}");
+    assert!(said.contains(&format!("other: the stored run cannot be used: store object {other_hash}")), "{said}");
+    assert_eq!(calls(&p).len(), 3);
+    assert_eq!(p.read("cassist.lock"), lock);
+
+    // A plain run: the agent runs for each, and the store is whole again.
+    let done = p.run(&[]).exec();
+    assert_eq!(done.states()["base"], "passed", "{}", done.transcript());
+    assert_eq!(done.states()["other"], "passed", "{}", done.transcript());
+    assert_eq!(calls(&p).iter().filter(|c| *c != "top").count(), 4);
+    assert_consistent(&p, &ALL);
+    assert_all_up_to_date(&p);
+    restore_outputs(&p);
+    assert_eq!(plan_states(&p), all("replay"), "the objects were written again");
+    let plan = p.cassist(&["plan"]).exec();
+    assert!(!plan.stderr.contains("cannot be used"), "{}", plan.transcript());
+
+    // A garbage entry file.
+    std::fs::write(&other_entry, "{ \"format\": 1, \"task\": ").unwrap();
+    let plan = p.cassist(&["plan"]).exec();
+    let said = words(&plan.stderr);
+    assert!(said.contains("`other` cannot be used: its entry ") && said.contains("is unreadable"), "{said}");
+    let done = p.run(&[]).exec();
+    assert_eq!(done.states(), states(&[("base", "replayed"), ("other", "passed"), ("top", "replayed")]));
+    assert_consistent(&p, &ALL);
+    assert_all_up_to_date(&p);
 }
 
 // ---------------------------------------------------------------------------

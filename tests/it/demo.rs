@@ -2,15 +2,34 @@
 //! `cassist.kdl`, `tasks/` and `fixtures/` passes every task with the
 //! scripted demo agent and integrates its changes.
 
-use crate::support::{Test, copy_tree, repo, task};
+use crate::support::{Project, Test, copy_tree, map, repo, task};
 
-#[test]
-fn the_bundled_demo_runs_end_to_end_on_a_copy() {
+/// A copy of the bundled demo: `cassist.kdl`, `tasks/`, `fixtures/demo`
+/// and the demo agent.
+fn demo() -> Project {
     let p = Test::new().file("cassist.kdl", std::fs::read_to_string(repo().join("cassist.kdl")).unwrap()).build();
     for dir in ["tasks", "fixtures/demo", "fixtures/agents"] {
         std::fs::create_dir_all(p.path().join(dir)).unwrap();
         copy_tree(&repo().join(dir), &p.path().join(dir));
     }
+    p
+}
+
+const DEMO_TASKS: [&str; 3] = ["add-slugify", "add-truncate", "survey-textkit"];
+
+fn all(state: &str) -> std::collections::BTreeMap<String, String> {
+    map(&DEMO_TASKS.map(|t| (t, state)))
+}
+
+/// `cassist plan --json`: each task's state.
+fn plan_states(p: &Project) -> std::collections::BTreeMap<String, String> {
+    let json = p.cassist(&["plan", "--json"]).exec().json();
+    DEMO_TASKS.iter().map(|t| ((*t).to_owned(), task(&json, t)["state"].as_str().unwrap().to_owned())).collect()
+}
+
+#[test]
+fn the_bundled_demo_runs_end_to_end_on_a_copy() {
+    let p = demo();
     let run = p.run(&["tasks/"]).exec();
     let json = run.report_json();
     assert_eq!(json["passed"], 3, "{json:#}");
@@ -33,4 +52,53 @@ fn the_bundled_demo_runs_end_to_end_on_a_copy() {
     for name in ["survey-textkit", "add-slugify", "add-truncate"] {
         assert!(run.stdout.contains(name), "{}", run.stdout);
     }
+}
+
+/// The demo run once, then its changes undone as a user would (`git
+/// checkout . && git clean -fd fixtures`): every task is predicted
+/// `replay` (the dependents' context is what the replay of their
+/// dependencies writes).
+fn demo_run_then_restored() -> Project {
+    let p = demo();
+    p.commit_all();
+    let first = p.run(&[]).exec();
+    assert_eq!(first.states(), all("passed"), "{}", first.transcript());
+    assert_eq!(plan_states(&p), all("up-to-date"));
+    p.git(&["checkout", "."]);
+    p.git(&["clean", "-fdq", "fixtures"]);
+    assert!(!p.read("fixtures/demo/textkit/text.py").contains("def slugify("));
+    assert_eq!(plan_states(&p), all("replay"), "the plan predicts the whole replay chain");
+    p
+}
+
+/// After a replay, the demo is up-to-date: `plan` says so, and a
+/// `--locked` run replays nothing and calls no agent.
+#[track_caller]
+fn assert_demo_up_to_date(p: &Project, lock: &str) {
+    assert_eq!(plan_states(p), all("up-to-date"), "{}", p.cassist(&["plan"]).exec().stdout);
+    let again = p.run(&["--locked"]).exec();
+    assert_eq!(again.states(), all("up-to-date"), "{}", again.transcript());
+    assert_eq!(p.read("cassist.lock"), lock, "the lock is the first run's");
+    let text = p.read("fixtures/demo/textkit/text.py");
+    assert!(text.contains("def slugify(") && text.contains("def truncate("), "{text}");
+}
+
+#[test]
+fn a_locked_replay_of_the_demo_leaves_it_up_to_date_and_the_lock_as_it_was() {
+    let p = demo_run_then_restored();
+    let lock = p.read("cassist.lock");
+    let replay = p.run(&["--locked"]).exec();
+    assert_eq!(replay.states(), all("replayed"), "{}", replay.transcript());
+    assert_eq!(p.read("cassist.lock"), lock, "--locked wrote cassist.lock");
+    assert_demo_up_to_date(&p, &lock);
+}
+
+#[test]
+fn a_plain_replay_of_the_demo_leaves_it_up_to_date() {
+    let p = demo_run_then_restored();
+    let lock = p.read("cassist.lock");
+    let replay = p.run(&[]).exec();
+    assert_eq!(replay.states(), all("replayed"), "{}", replay.transcript());
+    assert_eq!(p.read("cassist.lock"), lock, "a replay reproduces the recorded tree: the lock stands");
+    assert_demo_up_to_date(&p, &lock);
 }
