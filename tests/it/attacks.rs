@@ -292,6 +292,28 @@ fn code_run_by_acceptance_test_and_build_stays_confined(env: Env) {
 
 in_both_modes!(code_run_by_acceptance_test_and_build_stays_confined: code_run_by_acceptance_test_and_build_cannot_get_out, code_run_by_acceptance_test_and_build_cannot_get_out_in_copy_mode);
 
+/// Items 1 and 6 together: the build command runs the agent's code in the
+/// user's own tree, after the review. It may write the project (its build
+/// outputs), but not cassist's own files: no raised trust in cassist.kdl,
+/// no new task file, no git hook, no .git/config, nothing in the store.
+fn build_cannot_rewrite_cassists_own_files(env: Env) {
+    if !sandboxed(env) {
+        return;
+    }
+    let config = "trust \"workspace-write\"\ntest #false\nbuild \"python3 src/app.py build owned\"\n";
+    let task = ESCAPE_TASK.replace("python3 src/app.py acceptance", "true");
+    let p = escape_project(config, &task, &[]);
+    let before = Before::take(&p);
+    let done =
+        p.run(&[]).envs(env).env("ATTACK_PROJECT", p.path()).env("ATTACK_MARKER", p.out_str()).any_status().exec();
+    let log = logs(&p, "escape");
+    assert!(log.contains("escape build: finished"), "the build did not run its attacks:\n{log}");
+    assert_eq!(done.task("escape")["state"], "passed", "{}", done.transcript());
+    before.assert_recorded(&p, &[("escape", &["src/app.py"])], &log);
+}
+
+in_both_modes!(build_cannot_rewrite_cassists_own_files: the_build_cannot_rewrite_cassists_own_files, the_build_cannot_rewrite_cassists_own_files_in_copy_mode);
+
 /// Item 1, without Landlock (a kernel without it, `CASSIST_LANDLOCK=off`):
 /// neither the agent nor acceptance can unmount the overlay (or unmount it
 /// from a nested user namespace) and write the real project behind it: no
@@ -1291,3 +1313,33 @@ task "answer" {
 }
 
 in_both_modes!(cassist_writes_through_no_planted_symlink: cassist_writes_no_prompt_through_a_planted_symlink, cassist_writes_no_prompt_through_a_planted_symlink_in_copy_mode);
+
+/// A variation of item 2: terminal control sequences (a window title, a
+/// clipboard write, clearing the screen, a bell) in an agent's summary and
+/// in the output cassist shows of a failed one never reach the terminal
+/// raw.
+#[test]
+fn agent_text_reaches_the_terminal_without_control_sequences() {
+    let tasks = r#"// Two code tasks (workspace-write), run with --keep-going.
+task "quiet" {
+    goal "Write src/escapes.txt."
+    agent "says"
+    max-iterations 1
+}
+
+task "loud" {
+    goal "Fail."
+    agent "fails"
+    max-iterations 1
+}
+"#;
+    let test = attacker(Test::trusted(), "says", "escapes.sh", &["pass"], &[]);
+    let p = attacker(test, "fails", "escapes.sh", &["fail"], &[]).tasks(tasks).file("src/a.txt", "a\n").build();
+    let done = p.run(&["--keep-going"]).status(1).exec();
+    assert_eq!(done.task("quiet")["state"], "passed");
+    assert!(done.stdout.contains("escapes: failing"), "the end of the failed output is not shown:\n{}", done.stdout);
+    for (what, text) in [("stdout", &done.stdout), ("stderr", &done.stderr)] {
+        let raw: Vec<&str> = text.lines().filter(|l| l.contains('\u{1b}') || l.contains('\u{7}')).collect();
+        assert!(raw.is_empty(), "raw control characters on {what}: {raw:?}");
+    }
+}
