@@ -16,7 +16,12 @@
 //!   the agent's, made fresh for each acceptance round and thrown away
 //!   after it: what they write (`__pycache__/`, `target/`, coverage) is
 //!   never part of the change, never seen by the next attempt and never
-//!   blamed on the agent.
+//!   blamed on the agent;
+//! - the project's `build` commands, run after integration, write a build
+//!   layer over the user's tree as integrated (not over the workspace's
+//!   layers), thrown away after them: the "still compiles" check reads the
+//!   integrated tree, and nothing it writes reaches the user's tree (no
+//!   build script rewrites `cassist.kdl`, a task file, `.git` or the store).
 //!
 //! The lower layers are a list (top first) so that more can go under them.
 //!
@@ -25,7 +30,8 @@
 //! Copy mode has no layers: what setup leaves is the base the change is
 //! measured from, and acceptance runs on a throw-away copy of the agent's
 //! result, at the workspace's own path (the agent's result is set aside
-//! meanwhile and put back after).
+//! meanwhile and put back after); the build, on a throw-away copy of the
+//! user's tree as integrated, at the same path.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
@@ -154,6 +160,9 @@ pub enum Layer {
     /// Acceptance and the project test: over the agent's layer, thrown away
     /// after each round ([`Workspace::begin_scratch`]).
     Scratch,
+    /// The `build` commands after integration: over the user's tree alone,
+    /// thrown away after them ([`Workspace::begin_build`]).
+    Build,
 }
 
 impl Layer {
@@ -162,6 +171,7 @@ impl Layer {
             Layer::Setup => "setup",
             Layer::Agent => "agent",
             Layer::Scratch => "scratch",
+            Layer::Build => "build",
         }
     }
 }
@@ -192,8 +202,9 @@ pub struct Workspace {
     /// Paths cassist itself placed (instructions files): never part of the
     /// change set.
     placed: Vec<String>,
-    /// A scratch layer (copy mode: a throw-away copy) is in use.
-    scratch: bool,
+    /// The throw-away layer in use ([`Layer::Scratch`] or [`Layer::Build`];
+    /// copy mode: a throw-away copy), if any.
+    scratch: Option<Layer>,
     /// What reading the change set may cost (SPEC 2 `limits`).
     pub limits: Limits,
     keep: bool,
@@ -234,7 +245,7 @@ impl Workspace {
             manifest,
             copied: HashMap::new(),
             placed: Vec::new(),
-            scratch: false,
+            scratch: None,
             limits: Limits::DEFAULT,
             keep: false,
             name: name.to_owned(),
@@ -278,7 +289,7 @@ impl Workspace {
     /// The read-only layers under `layer`'s, top first; the project last.
     fn lowers(&self, layer: Layer) -> Vec<PathBuf> {
         let below: &[Layer] = match layer {
-            Layer::Setup => &[],
+            Layer::Setup | Layer::Build => &[],
             Layer::Agent => &[Layer::Setup],
             Layer::Scratch => &[Layer::Agent, Layer::Setup],
         };
@@ -293,8 +304,11 @@ impl Workspace {
         let overlay = match self.mode {
             Mode::Copy => None,
             Mode::Overlay => {
-                if layer == Layer::Scratch && !self.scratch {
-                    return Err(std::io::Error::other("no scratch layer: begin_scratch first"));
+                if matches!(layer, Layer::Scratch | Layer::Build) && self.scratch != Some(layer) {
+                    return Err(std::io::Error::other(format!(
+                        "no {} layer: begin_scratch or begin_build first",
+                        layer.dir_name()
+                    )));
                 }
                 Some(crate::sandbox::Overlay {
                     target: self.root.clone(),
@@ -321,30 +335,47 @@ impl Workspace {
     /// and a throw-away copy of it takes its place. Ended by
     /// [`end_scratch`](Self::end_scratch).
     pub fn begin_scratch(&mut self) -> std::io::Result<()> {
+        self.begin_throwaway(Layer::Scratch)
+    }
+
+    /// A fresh build layer over the user's tree as it is now (integrated),
+    /// for the `build` commands ([`Layer::Build`]); copy mode: the agent's
+    /// result is set aside and a throw-away copy of the user's tree takes
+    /// its place. Ended by [`end_scratch`](Self::end_scratch).
+    pub fn begin_build(&mut self) -> std::io::Result<()> {
+        self.begin_throwaway(Layer::Build)
+    }
+
+    fn begin_throwaway(&mut self, layer: Layer) -> std::io::Result<()> {
         self.end_scratch();
         match self.mode {
             Mode::Overlay => {
-                std::fs::create_dir(self.layer(Layer::Scratch))?;
-                std::fs::create_dir(self.work_dir(Layer::Scratch))?;
+                std::fs::create_dir(self.layer(layer))?;
+                std::fs::create_dir(self.work_dir(layer))?;
             }
             Mode::Copy => {
                 let aside = self.base.join(SET_ASIDE);
                 std::fs::rename(&self.dir, &aside)?;
-                self.scratch = true;
-                return copy_tree(&aside, &self.dir);
+                self.scratch = Some(layer);
+                return match layer {
+                    Layer::Build => std::fs::create_dir(&self.dir).and_then(|()| copy_project(&self.root, &self.dir)),
+                    _ => copy_tree(&aside, &self.dir),
+                };
             }
         }
-        self.scratch = true;
+        self.scratch = Some(layer);
         Ok(())
     }
 
-    /// Throws the scratch layer away (copy mode: puts the agent's result
-    /// back). Nothing when there is none.
+    /// Throws the throw-away layer away (copy mode: puts the agent's
+    /// result back). Nothing when there is none.
     pub fn end_scratch(&mut self) {
         match self.mode {
             Mode::Overlay => {
-                remove_tree(&self.layer(Layer::Scratch));
-                remove_tree(&self.work_dir(Layer::Scratch));
+                for layer in [Layer::Scratch, Layer::Build] {
+                    remove_tree(&self.layer(layer));
+                    remove_tree(&self.work_dir(layer));
+                }
             }
             Mode::Copy => {
                 let aside = self.base.join(SET_ASIDE);
@@ -354,7 +385,7 @@ impl Workspace {
                 }
             }
         }
-        self.scratch = false;
+        self.scratch = None;
     }
 
     /// After the `setup` commands: copy mode measures the change from what
@@ -770,7 +801,7 @@ struct KeptMarker {
     root: PathBuf,
 }
 /// Copy mode: where the agent's result waits while acceptance runs on a
-/// throw-away copy of it.
+/// throw-away copy of it (or the build on one of the user's tree).
 const SET_ASIDE: &str = "agent-result";
 
 /// The read-only layers under a writable one, top first, as overlayfs

@@ -114,7 +114,8 @@ impl<'a> TaskContext<'a> {
     }
 
     /// `sh -c cmd` in the workspace as a command of `role` (setup: its
-    /// layer; acceptance: the scratch layer), logged to `log`.
+    /// layer; acceptance: the scratch layer; build: the build layer over
+    /// the user's tree), logged to `log`.
     pub fn shell(
         &self,
         role: Role,
@@ -122,7 +123,11 @@ impl<'a> TaskContext<'a> {
         timeout: Option<Duration>,
         log: &Path,
     ) -> std::io::Result<process::Finished> {
-        let layer = if role == Role::Setup { Layer::Setup } else { Layer::Scratch };
+        let layer = match role {
+            Role::Setup => Layer::Setup,
+            Role::Build => Layer::Build,
+            _ => Layer::Scratch,
+        };
         if self.runner.mode == Mode::Copy {
             // A fresh private TMPDIR for each command.
             let tmp = copy_mode_tmp(&self.ws);

@@ -1,21 +1,20 @@
 //! Integration: the change goes into the user's tree (one task at a time),
-//! then the project's `build` commands run there; a failed build takes the
-//! change back out.
-
-use std::ffi::OsString;
+//! then the project's `build` commands check that it still compiles, on a
+//! throw-away layer over the integrated tree (copy mode: a throw-away copy
+//! of it): nothing they write reaches the user's tree, so the agent's code
+//! they run (a build script) cannot rewrite the project, cassist's own
+//! files, `.git` or the store. A failed build takes the change back out.
 
 use crate::accept;
 use crate::changes::{ChangeSet, unified_diff};
-use crate::process;
-use crate::sandbox::ExecSpec;
-use crate::workspace::{IntegrateError, Mode};
+use crate::workspace::IntegrateError;
 
 use super::jail::Role;
 use super::{Failure, TaskContext};
 
 impl TaskContext<'_> {
     /// Records the patch, integrates it into the user's tree and runs the
-    /// `build` commands there (taking the change back out if one fails).
+    /// `build` commands over it (taking the change back out if one fails).
     pub fn integrate_and_build(&mut self, changes: &ChangeSet) -> Result<(), Failure> {
         let patch = self.record.join("patch.diff");
         let _ = std::fs::write(&patch, self.runner.redactor.redact(&unified_diff(changes)));
@@ -44,41 +43,36 @@ impl TaskContext<'_> {
             )),
             e => Failure::failed(format!("{e}; nothing was integrated")),
         })?;
-        for cmd in &self.runner.plan.project.config.build {
-            self.phase("build", self.facts.attempts, cmd.clone());
-            if let Err((why, tail)) = self.build(cmd) {
-                crate::workspace::rollback(&self.runner.plan.project.root, &integrated);
-                return Err(Failure::failed(format!(
-                    "build command `{cmd}` failed after integration ({why}); the change was taken back out"
-                ))
-                .with_tail(tail));
-            }
+        if self.runner.plan.project.config.build.is_empty() {
+            return Ok(());
+        }
+        let built = self.build();
+        self.ws.end_scratch();
+        if let Err((why, tail)) = built {
+            crate::workspace::rollback(&self.runner.plan.project.root, &integrated);
+            return Err(Failure::failed(format!("{why}; the change was taken back out")).with_tail(tail));
         }
         Ok(())
     }
 
-    /// One `build` command in the user's tree: why it failed, and the end
-    /// of its output.
-    fn build(&self, cmd: &str) -> Result<(), (String, String)> {
-        let root = &self.runner.plan.project.root;
-        let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), cmd.into()];
-        // In the user's tree, but sandboxed like acceptance: it runs the
-        // agent's code (a build script) with the project as all it may
-        // write.
-        let jail = self.runner.jail(Role::Build, self.t.sandbox, &self.ws, None, None, &self.base_env);
-        let namespaces = self.runner.mode == Mode::Overlay;
-        let spec = ExecSpec::for_project(jail, namespaces, None, root, root, argv);
-        let argv: Vec<OsString> =
-            [self.runner.exe.clone().into_os_string()].into_iter().chain(spec.to_args()).collect();
-        let mut c = process::Command::new(argv, root.clone());
-        c.env = self.base_env.clone();
-        c.transcript = Some(self.record.join("build.log"));
-        c.timeout = Some(accept::DEFAULT_TIMEOUT);
-        match self.runner.run(&c) {
-            Ok(f) if f.success() => Ok(()),
-            Ok(f) => Err((f.describe(), f.tail)),
-            Err(e) => Err((e.to_string(), String::new())),
+    /// The `build` commands in order, on a throw-away layer over the user's
+    /// tree as integrated; the first that fails: why, and the end of its
+    /// output.
+    fn build(&mut self) -> Result<(), (String, String)> {
+        self.ws
+            .begin_build()
+            .map_err(|e| (format!("cannot prepare the build layer after integration: {e}"), String::new()))?;
+        for cmd in &self.runner.plan.project.config.build {
+            self.phase("build", self.facts.attempts, cmd.clone());
+            let why = match self.shell(Role::Build, cmd, Some(accept::DEFAULT_TIMEOUT), &self.record.join("build.log"))
+            {
+                Ok(f) if f.success() => continue,
+                Ok(f) => (f.describe(), f.tail),
+                Err(e) => (e.to_string(), String::new()),
+            };
+            return Err((format!("build command `{cmd}` failed after integration ({})", why.0), why.1));
         }
+        Ok(())
     }
 }
 

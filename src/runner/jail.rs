@@ -9,8 +9,8 @@
 //! | agent, workspace-write | the same and its workspace |
 //! | agent, full | anywhere: no Landlock, no private mounts |
 //! | setup, acceptance, project test | its workspace layer, temp folders; never HOME, never the io folder |
+//! | build (after integration) | its throw-away layer over the user's tree, temp folders |
 //! | replay helper | its workspace |
-//! | build (in the user's tree) | the project, temp folders |
 //!
 //! Temp folders: with namespaces, the command's own private `/tmp`,
 //! `/var/tmp` and `/dev/shm`; in copy mode, a folder of the task's own
@@ -36,7 +36,8 @@ pub enum Role {
     Acceptance,
     /// The helper that writes a stored change into the workspace.
     Replay,
-    /// The `build` command, in the user's tree after integration.
+    /// The `build` command after integration, on a throw-away layer over
+    /// the user's tree.
     Build,
 }
 
@@ -65,7 +66,6 @@ impl Runner {
         if full_agent {
             return Jail { grace: Some(GRACE), ..Jail::default() };
         }
-        let root = &self.plan.project.root;
         let temps: Vec<PathBuf> = match self.mode {
             Mode::Overlay => PRIVATE_TEMP.iter().map(PathBuf::from).collect(),
             Mode::Copy if role == Role::Agent => Vec::new(),
@@ -84,7 +84,7 @@ impl Runner {
                     writable.extend(self.agent_state(inv));
                 }
             }
-            Role::Setup | Role::Acceptance => {
+            Role::Setup | Role::Acceptance | Role::Build => {
                 writable.push(ws.dir.clone());
                 writable.extend(temps);
             }
@@ -92,10 +92,6 @@ impl Runner {
                 writable.push(ws.dir.clone());
                 keep.push(self.plan.store.dir().to_path_buf());
                 keep.extend(io.map(Path::to_path_buf));
-            }
-            Role::Build => {
-                writable.push(root.clone());
-                writable.extend(temps);
             }
         }
         writable.retain(|p| p.exists());

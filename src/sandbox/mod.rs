@@ -7,7 +7,8 @@
 //! workspace's layers, what to hide and keep, what the command may write,
 //! and the command. Every command of a task goes through it — setup, the
 //! agent, acceptance, the project test, the replay helper and the `build`
-//! command run in the user's tree — at every sandbox level (`full`
+//! commands (on a throw-away layer over the integrated tree) — at every
+//! sandbox level (`full`
 //! included: there without the confinement below, but still in its own
 //! session and, where namespaces work, its own PID namespace).
 //!
@@ -141,8 +142,8 @@ pub struct Overlay {
 }
 
 impl ExecSpec {
-    /// A command of a task that sees the project at `root` (the overlay,
-    /// the copy, or the user's own tree), starting in `cwd`, confined by
+    /// A command of a task that sees the project at `root` (the overlay or
+    /// the copy), starting in `cwd`, confined by
     /// `jail`. Whatever the jail, the repository's `.git` is read-only
     /// (no index rewritten, no hook planted) and `cwd` stays visible; a
     /// confined command does not see the project's `.cassist/` at all.

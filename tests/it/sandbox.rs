@@ -282,8 +282,9 @@ in_both_modes!(agent_cannot_get_out: agent_cannot_get_out_with_namespaces, agent
 /// cassist's own folders: the project's `.cassist/` (records, store) is
 /// out of sight of every command, and the repository's `.git` read-only
 /// (no hook planted), by its workspace path or the project's own; the
-/// `build` command, run in the user's tree after integration, may write
-/// the project but nothing outside it (not HOME).
+/// `build` command, run after integration on a throw-away layer over the
+/// user's tree, may write that layer but nothing outside it (not HOME),
+/// and nothing it writes reaches the user's tree.
 fn cassists_own_folders_are_out_of_reach(env: &[(&str, &str)]) {
     if !available(env) {
         return;
@@ -294,8 +295,10 @@ fn cassists_own_folders_are_out_of_reach(env: &[(&str, &str)]) {
         crate::support::outside_temp_dir().join(format!("{}-outside", p.path().file_name().unwrap().to_string_lossy()));
     let own =
         format!("read {root}/.cassist/.gitignore write {root}/.cassist/planted write {root}/.git/hooks/pre-commit git");
-    let build =
-        format!("{}; echo built > built.txt", probe_cmd(&[], &format!("write-home write {}", outside.display())));
+    let build = format!(
+        "{}; echo built > built.txt && cat built.txt",
+        probe_cmd(&[], &format!("write-home write {}", outside.display()))
+    );
     p.file(
         "cassist.kdl",
         format!(
@@ -315,8 +318,9 @@ fn cassists_own_folders_are_out_of_reach(env: &[(&str, &str)]) {
     assert_refused(&p.record("t", "build.log"), &["write-home", "write /"], "build");
     assert!(!p.exists(".cassist/planted") && !p.exists(".git/hooks/pre-commit") && !outside.exists());
     assert_same_tree(&snapshot(&p.path().join(".git"), &[]), &git_before, ".git changed");
-    // The build did write the project.
-    assert_eq!(p.read("built.txt"), "built\n");
+    // The build wrote its own layer, which was thrown away.
+    assert!(p.record("t", "build.log").lines().any(|l| l == "built"), "the build could not write its layer");
+    assert!(!p.exists("built.txt"), "what the build wrote reached the user's tree");
 }
 
 in_both_modes!(cassists_own_folders_are_out_of_reach: cassists_own_folders_are_out_of_reach_with_namespaces, cassists_own_folders_are_out_of_reach_in_copy_mode);
