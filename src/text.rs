@@ -1,6 +1,48 @@
 //! Small text helpers shared by the runner and the reports. A leaf.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::time::Duration;
+
+/// `text` made safe to print on a terminal. Whatever came from an agent or
+/// a command it ran (a summary, a reason, the tail of a failing output, a
+/// transcript, a file name, a version string) must never drive the user's
+/// terminal: set its title, write its clipboard (OSC 52: pasted into a
+/// shell later), clear it, ring it, move the cursor over what cassist
+/// said. Every control character but `\n` and `\t` is shown as an escape
+/// instead: C0 ones and DEL as `\x1b`, C1 ones (which some terminals obey
+/// like ESC sequences) and the bidirectional overrides and isolates (which
+/// reorder what is shown) as `\u{9b}`; a carriage return is dropped before
+/// a line feed (a CRLF line ending) and shown as `\r` elsewhere (it would
+/// overwrite the line). Borrowed when there is nothing to change.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(|c| c != '\n' && c != '\t' && (c.is_control() || is_bidi_control(c))) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' | '\t' => out.push(c),
+            '\r' if chars.peek() == Some(&'\n') => {}
+            '\r' => out.push_str("\\r"),
+            '\0'..='\x1f' | '\x7f' => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_control() || is_bidi_control(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// The characters that override or isolate the direction of what follows
+/// (U+202A–U+202E, U+2066–U+2069): text shown in another order than it is.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
 
 /// At most `limit` bytes of the end of `text`, starting at a line.
 pub fn tail_lines(text: &str, limit: usize) -> String {
@@ -88,6 +130,20 @@ mod tests {
         let t = tail_lines(&"é".repeat(300), 101);
         assert!(t.chars().all(|c| c == 'é') && t.len() <= 101, "{t}");
         assert_eq!(tail_lines("short\n", 100), "short");
+    }
+
+    #[test]
+    fn agent_text_cannot_drive_the_terminal() {
+        let plain = "a summary\n\twith é, 日本語 and a tab";
+        assert!(matches!(printable(plain), Cow::Borrowed(_)));
+        let evil = "done \u{1b}]0;title\u{7}\u{1b}]52;c;ZWNobw==\u{7}\u{1b}[2J\u{7}";
+        assert_eq!(printable(evil), "done \\x1b]0;title\\x07\\x1b]52;c;ZWNobw==\\x07\\x1b[2J\\x07");
+        assert_eq!(printable("ok\r\nnext\rover\u{7f}\u{0}"), "ok\nnext\\rover\\x7f\\x00");
+        assert_eq!(printable("c1 \u{9b}31m \u{85} \u{202e}gpj.exe"), "c1 \\u{9b}31m \\u{85} \\u{202e}gpj.exe");
+        // Nothing a terminal obeys is left.
+        for s in [evil, "\u{1b}\u{9b}\r\u{8}\u{2067}"] {
+            assert!(printable(s).chars().all(|c| c == '\n' || !(c.is_control() || is_bidi_control(c))), "{s:?}");
+        }
     }
 
     #[test]

@@ -105,7 +105,8 @@ pub fn run(cwd: &Path, out: &Output) -> Result {
             r.kind.to_owned(),
             r.program.clone(),
             installed,
-            r.version.clone().unwrap_or_else(|| "-".to_owned()),
+            // What the program printed: shown, never sent to the terminal.
+            r.version.as_deref().map_or_else(|| "-".to_owned(), |v| crate::text::printable(v).into_owned()),
         ]);
     }
     crate::out!("{}", table.render(|h| out.dim(h)));

@@ -28,8 +28,9 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
                 total += size;
                 let age = now.duration_since(*when).map_or("-".to_owned(), |d| human_age(d.as_secs()));
                 let locked = lock.tasks.get(&e.task).is_some_and(|l| l.before == e.before);
-                let summary: String =
-                    e.summary.as_deref().unwrap_or("").lines().next().unwrap_or("").chars().take(50).collect();
+                // An agent's text: shown, never sent to the terminal.
+                let summary = crate::text::printable(e.summary.as_deref().unwrap_or(""));
+                let summary: String = summary.lines().next().unwrap_or("").chars().take(50).collect();
                 table.row(vec![
                     e.task.clone(),
                     e.before[..12].to_owned(),

@@ -1,4 +1,6 @@
-//! `cassist explain TASK`: each named input with its hash.
+//! `cassist explain TASK`: each named input with its hash (names and
+//! reasons through [`crate::text::printable`]: a file name may be an
+//! agent's).
 
 use std::path::Path;
 
@@ -26,7 +28,7 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, json: bool, out: &Output) ->
     crate::outln!("{} {}", out.bold("hash"), task.hash);
     crate::outln!("{} {}", out.bold("state"), task.state.as_str());
     for reason in crate::cache::why(&plan, task) {
-        crate::outln!("  {}", reason);
+        crate::outln!("  {}", crate::text::printable(&reason));
     }
     crate::outln!();
     // Each input against the recorded one (the state the last run left).
@@ -52,7 +54,7 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, json: bool, out: &Output) ->
             Some(_) => out.yellow("changed"),
             None => out.yellow("new"),
         };
-        table.row(vec![i.kind.to_owned(), i.name.clone(), hash, mark]);
+        table.row(vec![i.kind.to_owned(), crate::text::printable(&i.name).into_owned(), hash, mark]);
     }
     crate::out!("{}", table.render(|h| out.dim(h)));
     Ok(())

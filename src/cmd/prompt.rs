@@ -1,4 +1,6 @@
-//! `cassist prompt TASK`: the rendered prompt.
+//! `cassist prompt TASK`: the rendered prompt (its control characters
+//! shown, not sent to the terminal: findings of dependencies and context
+//! files may be an agent's text).
 
 use std::path::Path;
 
@@ -15,6 +17,6 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, out: &Output) -> Result {
         .iter()
         .map(|d| (d.task.name.clone(), format!("(the final message of `{}` goes here once it has run)", d.task.name)))
         .collect();
-    crate::out!("{}", plan.render_prompt(task, &summaries));
+    crate::out!("{}", crate::text::printable(&plan.render_prompt(task, &summaries)));
     Ok(())
 }

@@ -38,7 +38,9 @@ pub fn annotations(ends: &[TaskEnd], root: &std::path::Path) -> Vec<String> {
         .map(|end| {
             let r = &end.report;
             let title = format!("cassist: task {} {}", r.name, r.state.as_str());
-            let mut message = r.reason.clone().unwrap_or_else(|| r.state.as_str().to_owned());
+            // What an agent wrote: GitHub's log obeys colour and other
+            // escape sequences.
+            let mut message = crate::text::printable(r.reason.as_deref().unwrap_or(r.state.as_str())).into_owned();
             if let Some(t) = &end.transcript {
                 message.push_str(&format!("\ntranscript: {}", t.display()));
             }
@@ -71,5 +73,20 @@ mod tests {
     fn escapes_like_the_actions_toolkit() {
         assert_eq!(data("50%\nnext\r"), "50%25%0Anext%0D");
         assert_eq!(property("a:b,c"), "a%3Ab%2Cc");
+    }
+
+    #[test]
+    fn an_agents_reason_cannot_drive_the_log() {
+        let location = crate::event::Location { file: "tasks/t.kdl".into(), line: 3 };
+        let mut end = TaskEnd::new("t", "hash", "a", location);
+        end.report.state = crate::event::TaskState::Blocked;
+        end.report.reason = Some("stuck \u{1b}[2J\u{1b}]0;title\u{7}\r\n::warning::forged".into());
+        let lines = annotations(&[end], std::path::Path::new("/nowhere"));
+        assert_eq!(
+            lines,
+            [
+                "::error file=tasks/t.kdl,line=3,title=cassist%3A task t blocked::stuck \\x1b[2J\\x1b]0;title\\x07%0A::warning::forged"
+            ]
+        );
     }
 }

@@ -6,7 +6,11 @@
 //! summary and the transcript path go to `<system-out>`.
 //!
 //! Written by `quick-junit` (cargo-nextest's writer), which escapes markup
-//! and drops colour codes and the control characters XML cannot hold.
+//! and drops escape sequences (colour codes, and the window titles or
+//! clipboard writes an agent may print) and the C0 control characters XML
+//! cannot hold. What it leaves that a terminal would obey (C1 controls,
+//! DEL, bidirectional overrides: a report read with `cat`) is shown by
+//! [`crate::text::printable`].
 
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
@@ -73,10 +77,12 @@ fn classname(file: &str) -> String {
     stem.replace('/', ".")
 }
 
-/// The two noncharacters XML 1.0 cannot hold that quick-junit leaves in
-/// (it drops the control characters itself).
+/// `s` as quick-junit will write it (escape sequences and C0 controls
+/// dropped), with what it leaves that a terminal would obey shown
+/// visibly, and without the two noncharacters XML 1.0 cannot hold.
 fn xml_text(s: &str) -> String {
-    s.replace(['\u{FFFE}', '\u{FFFF}'], "")
+    let stripped = quick_junit::XmlString::new(s);
+    crate::text::printable(&stripped).replace(['\u{FFFE}', '\u{FFFF}'], "")
 }
 
 #[cfg(test)]
@@ -135,5 +141,18 @@ mod tests {
         assert_eq!(failure.attribute("type"), Some("blocked"));
         assert_eq!(failure.text(), Some("a<b>&\"c\" red\n\nxyz"));
         assert_eq!(child("c", "skipped").unwrap().attribute("message"), Some("b failed"));
+    }
+
+    #[test]
+    fn nothing_a_terminal_obeys_is_left_in_the_xml() {
+        let evil = "x \u{1b}]52;c;ZWNobw==\u{7}\u{1b}[2J \u{9b}31m\u{7f} \u{202e}txt.exe \u{8}\r";
+        let mut failed = end("b", TaskState::Failed, Some(evil));
+        failed.tail = format!("{evil}\n");
+        failed.report.summary = Some(evil.into());
+        let xml = render(&[failed], Duration::from_millis(1), SystemTime::UNIX_EPOCH);
+        assert!(xml.chars().all(|c| c == '\n' || !c.is_control()) && !xml.contains('\u{202e}'), "{xml:?}");
+        let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("invalid XML ({e}):\n{xml}"));
+        let failure = doc.descendants().find(|n| n.has_tag_name("failure")).unwrap();
+        assert_eq!(failure.attribute("message"), Some("x  31m\\x7f \\u{202e}txt.exe "));
     }
 }

@@ -5,7 +5,10 @@
 //! On a terminal: an overall bar (done/total, passed, failed, cached,
 //! spend) and a line per running task with its phase, attempt, elapsed
 //! time and cost (indicatif). Elsewhere (CI, pipes): one plain line per
-//! state change, no control characters. `-q`: only failures.
+//! state change, no control characters. `-q`: only failures. What came
+//! from an agent or a command it ran (details, notes, summaries, reasons,
+//! file names, transcripts) goes through [`crate::text::printable`]: it
+//! never drives the terminal.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -19,6 +22,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, P
 use crate::cli::OutputLogs;
 use crate::event::{Event, Events, TaskEnd, TaskState};
 use crate::report::Output;
+use crate::text::printable;
 
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,7 +212,7 @@ impl Screen {
     fn phase(&mut self, task: &str, phase: &str, attempt: u32, detail: &str) {
         let attempt_text = if attempt > 0 { format!(" (attempt {attempt})") } else { String::new() };
         let detail_text = if detail.is_empty() { String::new() } else { format!(": {detail}") };
-        let text = format!("{phase}{attempt_text}{detail_text}");
+        let text = printable(&format!("{phase}{attempt_text}{detail_text}")).into_owned();
         match self.style {
             Style::Quiet => {}
             Style::Lines => eprintln!("{} {task}: {text}", self.counter()),
@@ -251,6 +255,7 @@ impl Screen {
     }
 
     fn note(&self, task: &str, message: &str) {
+        let message = printable(message);
         match (&self.style, &self.multi) {
             (Style::Quiet, _) => {}
             (Style::Bars, Some(m)) => {
@@ -306,8 +311,8 @@ pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
     if r.state == TaskState::UpToDate {
         // A cache hit: one line with the stored summary, and where the
         // transcript is (or the transcript itself with --output-logs full).
-        let summary: String =
-            r.summary.as_deref().unwrap_or("").lines().next().unwrap_or("").chars().take(100).collect();
+        let summary = printable(r.summary.as_deref().unwrap_or(""));
+        let summary: String = summary.lines().next().unwrap_or("").chars().take(100).collect();
         let mut line = format!("{} {}", r.name, out.green("up-to-date"));
         if !summary.is_empty() {
             line.push_str(&format!(": {summary}"));
@@ -316,7 +321,7 @@ pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
         if let Some(t) = &end.transcript {
             if logs == OutputLogs::Full {
                 if let Ok(text) = std::fs::read_to_string(t) {
-                    for l in text.lines() {
+                    for l in printable(&text).lines() {
                         crate::outln!("  | {l}");
                     }
                 }
@@ -329,10 +334,11 @@ pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
     let state = out.state(r.state);
     let mut line = format!("{} {state} in {}", r.name, crate::text::duration_ms(r.duration_ms));
     if !r.changed_files.is_empty() && r.state.is_success() {
-        line.push_str(&format!(", integrated {} file(s): {}", r.changed_files.len(), r.changed_files.join(", ")));
+        let files = printable(&r.changed_files.join(", ")).into_owned();
+        line.push_str(&format!(", integrated {} file(s): {files}", r.changed_files.len()));
     }
     if let Some(reason) = &r.reason {
-        line.push_str(&format!(": {reason}"));
+        line.push_str(&format!(": {}", printable(reason)));
     }
     crate::outln!("{line}");
     if r.state.is_success()
@@ -340,7 +346,7 @@ pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
         && !s.trim().is_empty()
         && !out.quiet
     {
-        let first: String = s.lines().take(3).collect::<Vec<_>>().join("\n  ");
+        let first: String = printable(s).lines().take(3).collect::<Vec<_>>().join("\n  ");
         crate::outln!("  {}", out.dim(&first));
     }
 }

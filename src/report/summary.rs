@@ -1,12 +1,15 @@
 //! The end of `cassist run` on stdout: a table of the tasks (the parts of a
 //! split task under its row), then each failure with the tail of its
 //! output, where its transcript is and the workspace kept, then a count.
+//! Reasons, tails and part names (file names) go through
+//! [`printable`]: what an agent wrote never drives the terminal.
 
 use std::path::Path;
 
 use crate::event::{PartState, SubtaskReport, TaskEnd};
 use crate::report::Output;
 use crate::report::table::Table;
+use crate::text::printable;
 
 /// Prints the summary of `ends`; with `-q`, only when a task failed.
 pub fn print(out: &Output, ends: &[TaskEnd], run_dir: &Path) {
@@ -18,7 +21,7 @@ pub fn print(out: &Output, ends: &[TaskEnd], run_dir: &Path) {
         table.row(vec![
             r.name.clone(),
             out.state(r.state),
-            r.agent.clone(),
+            printable(&r.agent).into_owned(),
             r.attempts.to_string(),
             crate::text::duration_ms(r.duration_ms),
             cost(r.cost_usd),
@@ -29,9 +32,10 @@ pub fn print(out: &Output, ends: &[TaskEnd], run_dir: &Path) {
     crate::out!("{}", table.render(|h| out.dim(h)));
     for e in ends.iter().filter(|e| e.state().is_failure()) {
         crate::outln!();
-        crate::outln!("{} {}: {}", out.red("✗"), e.name(), e.report.reason.as_deref().unwrap_or("failed"));
+        let reason = printable(e.report.reason.as_deref().unwrap_or("failed"));
+        crate::outln!("{} {}: {reason}", out.red("✗"), e.name());
         if !e.tail.trim().is_empty() {
-            let tail = crate::text::tail_lines(&e.tail, 1500);
+            let tail = printable(&crate::text::tail_lines(&e.tail, 1500)).into_owned();
             for line in tail.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev() {
                 crate::outln!("    {}", out.dim(line));
             }
@@ -62,7 +66,7 @@ fn subtask_rows(out: &Output, table: &mut Table, subtasks: &[SubtaskReport], dep
             PartState::Failed | PartState::Blocked => out.red(state),
         };
         table.row(vec![
-            format!("{}└ {}", "  ".repeat(depth - 1), s.name),
+            format!("{}└ {}", "  ".repeat(depth - 1), printable(&s.name)),
             state,
             String::new(),
             s.attempts.to_string(),

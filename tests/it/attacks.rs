@@ -1315,12 +1315,17 @@ task "answer" {
 in_both_modes!(cassist_writes_through_no_planted_symlink: cassist_writes_no_prompt_through_a_planted_symlink, cassist_writes_no_prompt_through_a_planted_symlink_in_copy_mode);
 
 /// A variation of item 2: terminal control sequences (a window title, a
-/// clipboard write, clearing the screen, a bell) in an agent's summary and
-/// in the output cassist shows of a failed one never reach the terminal
-/// raw.
+/// clipboard write, clearing the screen, a bell) in what an agent says or
+/// names never reach the terminal raw, nor a report a terminal may show:
+/// its summary, its output shown with a failure, the reason of a blocked
+/// task (progress lines, the summary, GitHub annotations, JUnit), the name
+/// of a file it integrated, the up-to-date line and the transcript
+/// `--output-logs full` replays, `cache ls`, and `cassist prompt` of a task
+/// whose context lists that file. They are shown visibly instead.
 #[test]
 fn agent_text_reaches_the_terminal_without_control_sequences() {
-    let tasks = r#"// Two code tasks (workspace-write), run with --keep-going.
+    let tasks = r#"// Three code tasks (workspace-write), run with --keep-going, and one
+// that reads what the first wrote.
 task "quiet" {
     goal "Write src/escapes.txt."
     agent "says"
@@ -1332,14 +1337,65 @@ task "loud" {
     agent "fails"
     max-iterations 1
 }
+
+task "stuck" {
+    goal "Give up."
+    agent "blocks"
+    max-iterations 1
+}
+
+task "next" {
+    goal "Read what quiet wrote."
+    agent "says"
+    depends-on "quiet"
+    context {
+        file "src/*.txt"
+    }
+}
 "#;
     let test = attacker(Test::trusted(), "says", "escapes.sh", &["pass"], &[]);
-    let p = attacker(test, "fails", "escapes.sh", &["fail"], &[]).tasks(tasks).file("src/a.txt", "a\n").build();
-    let done = p.run(&["--keep-going"]).status(1).exec();
-    assert_eq!(done.task("quiet")["state"], "passed");
-    assert!(done.stdout.contains("escapes: failing"), "the end of the failed output is not shown:\n{}", done.stdout);
-    for (what, text) in [("stdout", &done.stdout), ("stderr", &done.stderr)] {
-        let raw: Vec<&str> = text.lines().filter(|l| l.contains('\u{1b}') || l.contains('\u{7}')).collect();
-        assert!(raw.is_empty(), "raw control characters on {what}: {raw:?}");
+    let test = attacker(test, "fails", "escapes.sh", &["fail"], &[]);
+    let p = attacker(test, "blocks", "escapes.sh", &["block"], &[]).tasks(tasks).file("src/a.txt", "a\n").build();
+    let junit = p.out().join("junit.xml");
+    let junit_arg = junit.to_str().unwrap();
+    /// No control character but a line feed or a tab: nothing a terminal
+    /// obeys.
+    #[track_caller]
+    fn assert_inert(what: &str, text: &str) {
+        let raw: Vec<&str> = text.lines().filter(|l| l.chars().any(|c| c != '\t' && c.is_control())).collect();
+        assert!(raw.is_empty(), "raw control characters in {what}: {raw:?}");
     }
+    let done = p
+        .run(&["--keep-going", "--filter", "quiet", "--filter", "loud", "--filter", "stuck", "--junit", junit_arg])
+        .env("GITHUB_ACTIONS", "true")
+        .status(1)
+        .exec();
+    assert_eq!(done.task("quiet")["state"], "passed");
+    assert_eq!(done.task("stuck")["state"], "blocked");
+    assert!(done.stdout.contains("escapes: failing"), "the end of the failed output is not shown:\n{}", done.stdout);
+    assert!(done.stdout.contains("::error file="), "no GitHub annotation:\n{}", done.stdout);
+    // Shown, visibly: in the summary, the failing output, the reason, the
+    // file name.
+    for shown in [
+        "done \\x1b]0;pwned-title\\x07",
+        "failing \\x1b]0;pwned-title",
+        "stuck \\x1b]0;pwned-title",
+        "src/name-\\x1b[2J.txt",
+    ] {
+        assert!(done.stdout.contains(shown), "{shown} is not shown:\n{}", done.stdout);
+    }
+    assert_inert("stdout", &done.stdout);
+    assert_inert("stderr", &done.stderr);
+    assert_inert("the JUnit report", &std::fs::read_to_string(&junit).unwrap());
+
+    let again = p.run(&["--filter", "quiet", "--output-logs", "full"]).exec();
+    assert_eq!(again.task("quiet")["state"], "up-to-date");
+    assert!(again.stdout.contains("| escapes: passing \\x1b]0;pwned-title"), "no transcript:\n{}", again.stdout);
+    assert_inert("the up-to-date line and the replayed transcript", &again.stdout);
+    let ls = p.cassist(&["cache", "ls"]).exec();
+    assert!(ls.stdout.contains("done \\x1b]0;pwned"), "{}", ls.stdout);
+    assert_inert("cache ls", &ls.stdout);
+    let prompt = p.cassist(&["prompt", "next"]).exec();
+    assert!(prompt.stdout.contains("`src/name-\\x1b[2J.txt`"), "{}", prompt.stdout);
+    assert_inert("cassist prompt", &prompt.stdout);
 }
