@@ -1273,6 +1273,69 @@ task "priv" {
 in_both_modes!(commands_hold_no_privileges: no_command_of_a_task_holds_a_capability, no_command_of_a_task_holds_a_capability_in_copy_mode);
 
 // ---------------------------------------------------------------------------
+// Agents' state folders
+
+/// HOME's files and symlinks, `.cache` included, but the test's own `out`
+/// folder (what cassist writes there: the report) and the folders cassist
+/// makes for agents' state.
+fn home_files(p: &Project) -> Tree {
+    let mut home = snapshot(p.home(), &[]);
+    home.retain(|path, bytes| !path.starts_with(".cache/cassist-test-out") && bytes.as_slice() != b"<dir>");
+    home
+}
+
+/// A variation of items 1 and 6: an agent may write its CLI's state folders
+/// ($CLAUDE_CONFIG_DIR, ~/.cache); it plants a hook in settings.json, a
+/// login of its own and a cache entry for the user's next, unsandboxed
+/// session. With namespaces, it wrote copy-on-write views: it still sees
+/// them in its second attempt, and after the run the user's HOME is
+/// exactly as it was. Copy mode cannot do this without mounts, and says
+/// so.
+fn state_folders_do_not_outlive_the_task(env: Env) {
+    if !sandboxed(env) {
+        return;
+    }
+    let task = r#"// A code task (workspace-write) whose first attempt fails its acceptance.
+task "t" {
+    goal "Write src/state.txt and src/again.txt."
+    agent "stateful"
+    max-iterations 2
+    acceptance {
+        run "test -f src/again.txt"
+    }
+}
+"#;
+    let p = attacker(Test::trusted(), "stateful", "state.py", &[], &["CLAUDE_CONFIG_DIR"])
+        .tasks(task)
+        .file("src/a.txt", "a\n")
+        .build();
+    let config = p.home().join(".claude-config");
+    write(&config.join("settings.json"), "{\"theme\": \"dark\"}\n");
+    write(&config.join(".credentials.json"), "{\"token\": \"the user's\"}\n");
+    write(&p.home().join(".cache/pip/wheels/ok.whl"), "a wheel\n");
+    let before = home_files(&p);
+    let done = p.run(&[]).envs(env).env("CLAUDE_CONFIG_DIR", &config).any_status().exec();
+    let log = logs(&p, "t");
+    let t = done.task("t");
+    assert_eq!((t["state"].as_str(), t["attempts"].as_u64()), (Some("passed"), Some(2)), "{t}\n{log}");
+    assert!(log.contains("state: finished"), "the attack did not run:\n{log}");
+    if mode(env) == "copy" {
+        assert!(done.stderr.contains("copy-on-write view of the agents' state folders"), "{}", done.stderr);
+        return;
+    }
+    // The writes worked, in the agent's own view, which lasted from one
+    // attempt to the next...
+    for what in ["a hook in settings.json", "the login", "the cache"] {
+        assert!(log.contains(&format!("state: WROTE {what}")), "{what}:\n{log}");
+    }
+    assert!(log.contains("state: KEPT"), "the agent's state did not last to its second attempt:\n{log}");
+    // ... and none of it reached the user's HOME.
+    assert_same_tree(&home_files(&p), &before, &format!("the agent's state reached HOME\n{log}"));
+}
+
+in_both_modes!(state_folders_do_not_outlive_the_task: agents_state_folders_do_not_outlive_the_task, agents_state_folders_are_said_to_be_shared_in_copy_mode);
+
+// ---------------------------------------------------------------------------
 // cassist's own writes
 
 /// The agent replaces the prompt files of its next attempts (in its io
