@@ -115,6 +115,14 @@ pub enum Command {
         write: Vec<PathBuf>,
         #[arg(long = "grace-ms")]
         grace_ms: Option<u64>,
+        /// Seen copy-on-write, the changes kept under `--state-dir`.
+        #[arg(long = "state", requires = "state_dir")]
+        state: Vec<PathBuf>,
+        #[arg(long = "state-dir")]
+        state_dir: Option<PathBuf>,
+        /// Inside the `--state` paths: kept the real ones.
+        #[arg(long = "shared")]
+        shared: Vec<PathBuf>,
         #[arg(last = true, required = true)]
         argv: Vec<std::ffi::OsString>,
     },

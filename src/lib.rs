@@ -107,6 +107,9 @@ pub fn main_entry() -> i32 {
                 landlock,
                 write,
                 grace_ms,
+                state,
+                state_dir,
+                shared,
                 argv,
             } => {
                 let overlay = match (mount_at, upper, work) {
@@ -126,6 +129,7 @@ pub fn main_entry() -> i32 {
                     writable: write,
                     landlock,
                     grace: grace_ms.map(std::time::Duration::from_millis),
+                    state: state_dir.map(|dir| sandbox::StateViews { paths: state, dir, shared }),
                     argv,
                 })
             }

@@ -2,7 +2,7 @@
 //! reporter showing progress; then the summary and the reports.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -59,7 +59,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
             None => "CASSIST_WORKSPACE=copy".to_owned(),
         };
         eprintln!(
-            "note: {because}; each task works on a copy of the project instead, and its commands go without what namespaces give: a private /tmp, /var/tmp and /dev, a PID namespace of their own (they see every process of the machine), a read-only .git, ptys"
+            "note: {because}; each task works on a copy of the project instead, and its commands go without what namespaces give: a private /tmp, /var/tmp and /dev, a PID namespace of their own (they see every process of the machine), a read-only .git, ptys, and a copy-on-write view of the agents' state folders (what an agent writes in ~/.claude, ~/.codex, ~/.gemini, ~/.factory or ~/.cache stays there)"
         );
     }
     let run_id = run_id();
@@ -91,6 +91,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
         run_dir: run_dir.clone(),
         keep_workspace: args.keep_workspace,
         landlock,
+        shared_state: shared_state(),
         redactor: Arc::new(Redactor::from_env()),
         cancel: cancel.clone(),
         events: reporter.events(),
@@ -219,6 +220,15 @@ fn select<'a>(plan: &'a Plan, filter: &[String]) -> Result<Vec<&'a PlannedTask>>
 fn run_id() -> String {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     format!("{secs}-{}", std::process::id())
+}
+
+/// `CASSIST_SHARED_STATE`: paths (separated by `:`) in the agents' state
+/// folders that every agent writes for real, not copy-on-write: a cache
+/// that must outlive tasks, a login whose refreshed token must be kept.
+/// What an agent writes there reaches the user's next session.
+fn shared_state() -> Vec<PathBuf> {
+    let Some(list) = std::env::var_os("CASSIST_SHARED_STATE") else { return Vec::new() };
+    std::env::split_paths(&list).filter(|p| p.is_absolute()).filter_map(|p| p.canonicalize().ok()).collect()
 }
 
 /// Writes a report file; a failure is said, and the run goes on.

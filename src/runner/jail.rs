@@ -5,12 +5,20 @@
 //!
 //! | role | writes (Landlock) |
 //! |---|---|
-//! | agent, read-only | its io folder, temp folders, its own state folders |
+//! | agent, read-only | its io folder, temp folders, its own state folders (copy-on-write) |
 //! | agent, workspace-write | the same and its workspace |
 //! | agent, full | anywhere: no Landlock, no private mounts |
 //! | setup, acceptance, project test | its workspace layer, temp folders; never HOME, never the io folder |
 //! | build (after integration) | its throw-away layer over the user's tree, temp folders |
 //! | replay helper | its workspace |
+//!
+//! An agent's state folders (`~/.claude`, `~/.cache`, `$CODEX_HOME`, ...)
+//! and `~/.claude.json` are, with namespaces, copy-on-write views of the
+//! user's own whose changes stay in the task's workspace base and go with
+//! it ([`StateViews`]): the CLI reads its login and settings, keeps its
+//! state from one attempt to the next, and nothing it writes there (a hook
+//! in `settings.json`) reaches the user's next session. In copy mode they
+//! are the user's own, writable.
 //!
 //! Temp folders: with namespaces, the command's own private `/tmp`,
 //! `/var/tmp` and `/dev/shm`; in copy mode, a folder of the task's own
@@ -21,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::agent::invoke::Invocation;
-use crate::sandbox::{Jail, PRIVATE_TEMP};
+use crate::sandbox::{Jail, PRIVATE_TEMP, StateViews};
 use crate::spec::SandboxLevel;
 use crate::workspace::{Mode, Workspace};
 
@@ -73,6 +81,7 @@ impl Runner {
         };
         let mut writable: Vec<PathBuf> = Vec::new();
         let mut keep: Vec<PathBuf> = Vec::new();
+        let mut state = None;
         match role {
             Role::Agent => {
                 writable.extend(io.map(Path::to_path_buf));
@@ -81,7 +90,11 @@ impl Runner {
                     writable.push(ws.dir.clone());
                 }
                 if let Some(inv) = inv {
-                    writable.extend(self.agent_state(inv));
+                    let own = self.agent_state(inv);
+                    if self.mode == Mode::Overlay {
+                        state = Some(self.state_views(ws, &own));
+                    }
+                    writable.extend(own);
                 }
             }
             Role::Setup | Role::Acceptance | Role::Build => {
@@ -113,7 +126,21 @@ impl Runner {
             writable,
             landlock: self.landlock,
             grace: Some(GRACE),
+            state,
         }
+    }
+
+    /// The copy-on-write views of an agent's state paths `own`, their
+    /// changes under the workspace base of `ws` (those in the project are
+    /// the workspace's own already).
+    fn state_views(&self, ws: &Workspace, own: &[PathBuf]) -> StateViews {
+        let root = &self.plan.project.root;
+        let mut paths: Vec<PathBuf> =
+            own.iter().filter_map(|p| p.canonicalize().ok()).filter(|p| !p.starts_with(root)).collect();
+        // Once each, a folder before what is inside it.
+        paths.sort();
+        paths.dedup();
+        StateViews { paths, dir: ws.base().join("state"), shared: self.shared_state.clone() }
     }
 
     /// What an agent may write besides its workspace and io folder: its

@@ -81,6 +81,9 @@ pub struct Runner {
     pub keep_workspace: bool,
     /// Whether Landlock can be used here (probed once by the caller).
     pub landlock: bool,
+    /// Paths in the agents' state folders that stay the user's own, not
+    /// copy-on-write (`CASSIST_SHARED_STATE`, canonical).
+    pub shared_state: Vec<PathBuf>,
     pub redactor: Arc<Redactor>,
     pub cancel: Cancel,
     pub events: Events,

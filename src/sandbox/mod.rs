@@ -30,6 +30,10 @@
 //!    task reaches another task's layers or io folder). What the command
 //!    needs under a hidden folder (its project view, its own io folder, a
 //!    HOME or PATH entry under `/tmp`) is cloned before and put back after.
+//!    An agent's state folders (`~/.claude`, `~/.cache`, ...) are seen
+//!    copy-on-write ([`StateViews`]): the CLI reads its login and settings,
+//!    and nothing it writes there (a hook in `~/.claude/settings.json`, a
+//!    poisoned cache) reaches the user's next session.
 //! 3. The init forks the command ([`confine`]): own session (no
 //!    controlling terminal: nothing can be typed into the user's shell),
 //!    fds 0–2 only, no capability left (it cannot unmount its overlay to
@@ -56,7 +60,9 @@
 //! tasks' files and of cassist's own where Landlock is missing (with it,
 //! the hidden folders and `/dev` are left out of what the command may
 //! read, and `/tmp` out of what it may write: `TMPDIR` is a folder of the
-//! task's own), a read-only `.git` (there is none in the copy), ptys.
+//! task's own), a read-only `.git` (there is none in the copy), ptys, and
+//! the copy-on-write view of an agent's state folders (they are the user's
+//! own, writable).
 //!
 //! The wrapper exits like the command did (same code, or the same signal),
 //! so the runner outside sees the command's own outcome.
@@ -116,6 +122,8 @@ pub struct ExecSpec {
     /// Copy mode: how long after a TERM the wrapper waits before it kills
     /// whatever the command left (cassist's own grace is longer).
     pub grace: Option<Duration>,
+    /// Paths seen copy-on-write (confined, with namespaces).
+    pub state: Option<StateViews>,
     pub argv: Vec<OsString>,
 }
 
@@ -129,6 +137,38 @@ pub struct Jail {
     pub writable: Vec<PathBuf>,
     pub landlock: bool,
     pub grace: Option<Duration>,
+    pub state: Option<StateViews>,
+}
+
+/// An agent's state folders and files (canonical paths), seen
+/// copy-on-write by a confined command with namespaces: a folder as an
+/// overlay whose lower is the real folder and whose upper is a folder of
+/// the task's own under `dir`, a file as a copy of its own under `dir`
+/// bind-mounted over it. What the command writes there stays under `dir`
+/// (which goes with the task's workspace), never in the real path; what
+/// it wrote in an earlier run of the same task is there again. The
+/// `shared` paths (`CASSIST_SHARED_STATE`), equal to one of `paths` or
+/// inside one, stay the real ones.
+#[derive(Debug, Clone, Default)]
+pub struct StateViews {
+    pub paths: Vec<PathBuf>,
+    pub dir: PathBuf,
+    pub shared: Vec<PathBuf>,
+}
+
+impl StateViews {
+    /// Where the copy-on-write part of `path` goes under [`dir`](Self::dir):
+    /// one name per path (`%` and `/` escaped).
+    pub fn under(&self, path: &Path) -> PathBuf {
+        let name = path.to_string_lossy().replace('%', "%25").replace('/', "%2F");
+        self.dir.join(name)
+    }
+
+    /// Whether `path` stays the real one: it is shared, or inside a shared
+    /// path.
+    pub fn is_shared(&self, path: &Path) -> bool {
+        self.shared.iter().any(|s| path.starts_with(s))
+    }
 }
 
 /// An overlay mounted at `target` (the project's own path): `lowers`,
@@ -155,7 +195,7 @@ impl ExecSpec {
         cwd: &Path,
         argv: Vec<OsString>,
     ) -> ExecSpec {
-        let Jail { confined, mut hide, mut keep, writable, landlock, grace } = jail;
+        let Jail { confined, mut hide, mut keep, writable, landlock, grace, state } = jail;
         let mut read_only: Vec<PathBuf> = git_dir(root).into_iter().collect();
         if confined {
             hide.push(crate::fsx::state_dir(root));
@@ -177,6 +217,7 @@ impl ExecSpec {
             writable,
             landlock,
             grace,
+            state,
             argv,
         }
     }
@@ -221,6 +262,18 @@ impl ExecSpec {
         if let Some(g) = self.grace {
             args.push("--grace-ms".into());
             args.push(g.as_millis().to_string().into());
+        }
+        if let Some(s) = &self.state {
+            args.push("--state-dir".into());
+            args.push(s.dir.clone().into());
+            for p in &s.paths {
+                args.push("--state".into());
+                args.push(p.into());
+            }
+            for p in &s.shared {
+                args.push("--shared".into());
+                args.push(p.into());
+            }
         }
         args.push("--".into());
         args.extend(self.argv.iter().cloned());
@@ -624,5 +677,35 @@ pub fn probe(dir: &Path, lower: Option<&Path>) -> ! {
             _ => std::process::exit(1),
         },
         Err(_) => std::process::exit(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_state_path_has_a_place_of_its_own_and_shared_paths_stay_real() {
+        let views = StateViews {
+            paths: vec![PathBuf::from("/home/u/.cache"), PathBuf::from("/home/u/.claude.json")],
+            dir: PathBuf::from("/ws/state"),
+            shared: vec![PathBuf::from("/home/u/.cache/keep")],
+        };
+        assert_eq!(views.under(Path::new("/home/u/.cache")), Path::new("/ws/state/%2Fhome%2Fu%2F.cache"));
+        // `a/b` and `a%2Fb` do not share a place.
+        assert_ne!(views.under(Path::new("/a/b")), views.under(Path::new("/a%2Fb")));
+        assert!(
+            views.is_shared(Path::new("/home/u/.cache/keep")) && views.is_shared(Path::new("/home/u/.cache/keep/x"))
+        );
+        assert!(!views.is_shared(Path::new("/home/u/.cache")) && !views.is_shared(Path::new("/home/u/.cache/keeper")));
+        let spec = ExecSpec { state: Some(views), argv: vec!["true".into()], ..ExecSpec::default() };
+        let args: Vec<String> = spec.to_args().iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let flags = args.join(" ");
+        assert!(
+            flags.contains(
+                "--state-dir /ws/state --state /home/u/.cache --state /home/u/.claude.json --shared /home/u/.cache/keep --"
+            ),
+            "{flags}"
+        );
     }
 }

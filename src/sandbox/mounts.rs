@@ -8,7 +8,11 @@
 //! 3. the [`read_only`](super::ExecSpec::read_only) paths (the project's
 //!    `.git`) bind-mounted read-only over themselves;
 //! 4. a fresh `/proc` of the PID namespace;
-//! 5. confined commands: the paths to keep are cloned (detached mounts,
+//! 5. confined commands: an agent's state folders copy-on-write, each an
+//!    overlay over itself with an upper folder of the task's own (a state
+//!    file: a copy of the task's own bound over it), the shared paths in
+//!    them put back ([`super::StateViews`]);
+//! 6. confined commands: the paths to keep are cloned (detached mounts,
 //!    `open_tree`), then, shortest path first, each covered folder gets its
 //!    tmpfs — `/tmp` and `/var/tmp` a private writable one, each hidden
 //!    folder an empty read-only one — and each kept path is moved back
@@ -71,8 +75,53 @@ pub fn prepare(spec: &ExecSpec) -> Result<()> {
         None::<&str>,
     );
     if spec.confined {
+        if let Some(state) = &spec.state {
+            state_views(state)?;
+        }
         cover(spec)?;
         minimal_dev()?;
+    }
+    Ok(())
+}
+
+/// Mounts the copy-on-write views of `state` (see [`super::StateViews`]).
+/// A path that is missing, shared, or neither a folder nor a file is left
+/// as it is.
+fn state_views(state: &super::StateViews) -> Result<()> {
+    // The shared paths inside a view, cloned before the view covers them.
+    let mut shared = Vec::new();
+    for s in &state.shared {
+        if state.paths.iter().any(|p| s.starts_with(p) && !state.is_shared(p))
+            && let Some(fd) = clone_tree(s, false)?
+        {
+            shared.push((s, fd));
+        }
+    }
+    for path in state.paths.iter().filter(|p| !state.is_shared(p)) {
+        let Ok(meta) = path.symlink_metadata() else { continue };
+        let under = state.under(path);
+        let err = |e: &dyn std::fmt::Display| {
+            format!(
+                "cannot give {} a copy-on-write view ({e}); name it in CASSIST_SHARED_STATE to let agents write it for real",
+                path.display()
+            )
+        };
+        if meta.is_dir() {
+            let (upper, work) = (under.join("upper"), under.join("work"));
+            for d in [&upper, &work] {
+                std::fs::create_dir_all(d).map_err(|e| err(&e))?;
+            }
+            mount_overlay(path, std::slice::from_ref(path), &upper, &work).map_err(|e| err(&e))?;
+        } else if meta.is_file() {
+            if under.symlink_metadata().is_err() {
+                std::fs::create_dir_all(&state.dir).map_err(|e| err(&e))?;
+                std::fs::copy(path, &under).map_err(|e| err(&e))?;
+            }
+            mount(Some(&under), path, None::<&str>, MsFlags::MS_BIND, None::<&str>).map_err(|e| err(&e))?;
+        }
+    }
+    for (path, fd) in &shared {
+        move_mount(fd, path)?;
     }
     Ok(())
 }

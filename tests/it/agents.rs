@@ -381,8 +381,17 @@ fn fixes_the_failing_test(cli: Cli, script: Value, want: Parsed) {
     let p = calc(CASSIST_KDL, &fix_task(cli.name()));
     let head = p.git(&["rev-parse", "HEAD"]);
     let env = cli.configure(&server, p.home());
+    // cassist asks the CLI its version itself, outside any sandbox (as the
+    // user runs it), and remembers it: what that writes is not the agent's.
+    p.cassist(&["plan"]).path_first(&[&bin]).envs(&env).exec();
+    let home = p.home_files();
     let done = run_cli(&p, &[&bin], &env);
     done.assert_code(0);
+    // What the CLI wrote in its state folders went with the task: with
+    // namespaces they are copy-on-write.
+    if sandbox_or_skip(Sandbox::Overlay) {
+        assert_same_tree(&p.home_files(), &home, "the CLI's state reached HOME");
+    }
 
     let t = done.task("fix");
     assert_eq!(t["state"], "passed", "{}", done.transcript());

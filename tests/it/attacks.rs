@@ -1275,15 +1275,6 @@ in_both_modes!(commands_hold_no_privileges: no_command_of_a_task_holds_a_capabil
 // ---------------------------------------------------------------------------
 // Agents' state folders
 
-/// HOME's files and symlinks, `.cache` included, but the test's own `out`
-/// folder (what cassist writes there: the report) and the folders cassist
-/// makes for agents' state.
-fn home_files(p: &Project) -> Tree {
-    let mut home = snapshot(p.home(), &[]);
-    home.retain(|path, bytes| !path.starts_with(".cache/cassist-test-out") && bytes.as_slice() != b"<dir>");
-    home
-}
-
 /// A variation of items 1 and 6: an agent may write its CLI's state folders
 /// ($CLAUDE_CONFIG_DIR, ~/.cache); it plants a hook in settings.json, a
 /// login of its own and a cache entry for the user's next, unsandboxed
@@ -1313,7 +1304,7 @@ task "t" {
     write(&config.join("settings.json"), "{\"theme\": \"dark\"}\n");
     write(&config.join(".credentials.json"), "{\"token\": \"the user's\"}\n");
     write(&p.home().join(".cache/pip/wheels/ok.whl"), "a wheel\n");
-    let before = home_files(&p);
+    let before = p.home_files();
     let done = p.run(&[]).envs(env).env("CLAUDE_CONFIG_DIR", &config).any_status().exec();
     let log = logs(&p, "t");
     let t = done.task("t");
@@ -1330,7 +1321,7 @@ task "t" {
     }
     assert!(log.contains("state: KEPT"), "the agent's state did not last to its second attempt:\n{log}");
     // ... and none of it reached the user's HOME.
-    assert_same_tree(&home_files(&p), &before, &format!("the agent's state reached HOME\n{log}"));
+    assert_same_tree(&p.home_files(), &before, &format!("the agent's state reached HOME\n{log}"));
 }
 
 in_both_modes!(state_folders_do_not_outlive_the_task: agents_state_folders_do_not_outlive_the_task, agents_state_folders_are_said_to_be_shared_in_copy_mode);

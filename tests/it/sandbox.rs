@@ -521,7 +521,7 @@ fn acceptance_by_products_are_not_the_agents(env: &[(&str, &str)]) {
     }
     let agent = "if grep -q '# Review feedback' \"$CASSIST_PROMPT_FILE\"; then op=+; else op=-; fi; \
                  printf 'def add(a, b):\\n    return a %s b\\n' \"$op\" > src/calc.py; \
-                 ls -a src tests > \"$HOME/.cache/seen-$CASSIST_ATTEMPT\"";
+                 ls -a src tests > \"$HOME/.cache/cassist-test-out/seen-$CASSIST_ATTEMPT\"";
     let task = "task \"fix\" {\n    goal \"Make add() add.\"\n    agent \"a\"\n    max-iterations 3\n    scope {\n        path \"src/**\"\n    }\n    acceptance {\n        run \"python3 -m unittest discover -s tests -t .; s=$?; ls src; exit $s\"\n    }\n}\n";
     let p = Test::trusted()
         .sh_agent("a", agent)
@@ -533,7 +533,7 @@ fn acceptance_by_products_are_not_the_agents(env: &[(&str, &str)]) {
         .file("tests/test_calc.py", "import unittest\nfrom src.calc import add\n\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n")
         .git()
         .build();
-    std::fs::create_dir_all(p.home().join(".cache")).unwrap();
+    let out = p.out();
     let done = p.run(&[]).envs(env).exec();
     let t = done.task("fix");
     assert_eq!(t["state"], "passed", "{}", done.transcript());
@@ -541,7 +541,7 @@ fn acceptance_by_products_are_not_the_agents(env: &[(&str, &str)]) {
     assert_eq!(strings(&t["changed_files"]), ["src/calc.py"], "{t}");
     assert!(p.read("src/calc.py").contains("a + b"));
     // The second attempt did not see the first one's test run.
-    let seen = std::fs::read_to_string(p.home().join(".cache/seen-2")).unwrap();
+    let seen = std::fs::read_to_string(out.join("seen-2")).unwrap();
     assert!(!seen.contains("__pycache__"), "attempt 2 saw: {seen}");
     // Its test run did write them.
     let log = p.record("fix", "acceptance-1-1.log");
@@ -600,7 +600,9 @@ fn copy_mode_says_once_what_it_lacks() {
     let done = p.run(&[]).envs(crate::support::COPY).exec();
     let note = "note: CASSIST_WORKSPACE=copy; each task works on a copy of the project instead, and its commands go \
                 without what namespaces give: a private /tmp, /var/tmp and /dev, a PID namespace of their own (they \
-                see every process of the machine), a read-only .git, ptys\n";
+                see every process of the machine), a read-only .git, ptys, and a copy-on-write view of the agents' \
+                state folders (what an agent writes in ~/.claude, ~/.codex, ~/.gemini, ~/.factory or ~/.cache stays \
+                there)\n";
     assert_eq!(done.stderr.matches(note).count(), 1, "{}", done.stderr);
     assert!(done.stderr.starts_with(note), "said first: {}", done.stderr);
     // Not with namespaces.

@@ -14,7 +14,10 @@
 //!   Every command of a task has a private `/tmp` and may write nothing
 //!   outside its workspace but its own folders: `~/.cache` is the one an
 //!   agent of any kind may write (its state folder), so agents leave what
-//!   the test reads there. Acceptance and setup commands may not.
+//!   the test reads there. Acceptance and setup commands may not. An
+//!   agent's state folders are copy-on-write (nothing it writes there
+//!   outlives its task): `out` is named in `CASSIST_SHARED_STATE` for every
+//!   command, so it stays the real folder.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -237,6 +240,16 @@ impl Project {
             .path()
     }
 
+    /// HOME's files and symlinks, `.cache` included, but the `out` folder
+    /// (what the test and cassist write there: the report) and folders
+    /// (cassist makes built-in agents' state folders): what no agent may
+    /// leave behind.
+    pub fn home_files(&self) -> Tree {
+        let mut home = snapshot(self.home(), &[]);
+        home.retain(|path, bytes| !path.starts_with(".cache/cassist-test-out") && bytes.as_slice() != b"<dir>");
+        home
+    }
+
     /// Writes a project file (creating folders).
     pub fn file(&self, rel: &str, bytes: impl AsRef<[u8]>) -> &Project {
         write(&self.path().join(rel), bytes);
@@ -295,11 +308,11 @@ impl Project {
     }
 
     /// `cassist ARGS` in the project: a clean environment (PATH, HOME,
-    /// NO_COLOR=1 and the project's variables), expecting success unless
-    /// told otherwise.
+    /// NO_COLOR=1, CASSIST_SHARED_STATE=out and the project's variables),
+    /// expecting success unless told otherwise.
     pub fn cassist(&self, args: &[&str]) -> Cmd {
         let mut cmd = Cmd::new(self.path(), args);
-        cmd.env("HOME", self.home());
+        cmd.env("HOME", self.home()).env("CASSIST_SHARED_STATE", self.out());
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
