@@ -5,6 +5,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+/// How every temporary file cassist makes starts (in the user's tree, in
+/// `.cassist/`, beside a report): a killed cassist's leftovers are found
+/// by this name and removed ([`crate::journal`]).
+pub const TMP_PREFIX: &str = ".cassist-tmp-";
+
 /// The state folder of a project.
 pub fn state_dir(root: &Path) -> PathBuf {
     root.join(".cassist")
@@ -29,12 +34,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut tmp = tempfile::Builder::new().prefix(TMP_PREFIX).tempfile_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o666 & !umask()))?;
     tmp.as_file().sync_data()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// Makes the entries of folder `dir` (a rename, a removal) durable.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// The process's umask, read once from `/proc/self/status` (`Umask:`

@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 /// What many stages share; a leaf imports nothing of the crate.
-const LEAVES: &[&str] = &["changes", "event", "exit", "fsx", "limits", "part", "paths", "template", "text"];
+const LEAVES: &[&str] =
+    &["changes", "event", "exit", "failpoint", "fsx", "limits", "part", "paths", "template", "text"];
 /// The report layer receives events and finished reports: it must not
 /// import these.
 const NOT_FOR_REPORT: &[&str] = &["runner", "scheduler", "split"];

@@ -10,12 +10,14 @@
 //!   [`event`] (task states, reports, progress events), [`changes`] (change
 //!   sets), [`limits`] (size limits, sizes read and shown), [`part`] (a part
 //!   of a split task), [`template`] (the `{name}` placeholder syntax),
-//!   [`text`], [`exit`] (the exit codes).
+//!   [`text`], [`exit`] (the exit codes), [`failpoint`] (the crash points
+//!   of the kill tests).
 //! - [`spec`]: task files and `cassist.kdl` read into typed values; imports
 //!   leaves only.
 //! - What planning builds on: [`prompt`] (rendering the prompt),
 //!   [`project`] (the root and its config), [`lock`] (`cassist.lock`),
-//!   [`store`] (the content-addressed store).
+//!   [`store`] (the content-addressed store), [`journal`] (crash-safe,
+//!   journaled writes of the user's tree, and their recovery).
 //! - [`plan`]: context files resolved, the DAG ordered, inputs hashed. It
 //!   starts no process: agent versions are handed in by the command layer.
 //! - Running tasks: [`process`] (the spawner), [`sandbox`] (the namespace
@@ -60,7 +62,9 @@ pub mod cmd;
 pub mod entry;
 pub mod event;
 pub mod exit;
+pub mod failpoint;
 pub mod fsx;
+pub mod journal;
 pub mod limits;
 pub mod lock;
 pub mod part;

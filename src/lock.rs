@@ -34,7 +34,7 @@ pub const LOCK_FILE: &str = "cassist.lock";
 const VERSION: i128 = 1;
 
 /// One task's record.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LockEntry {
     pub before: String,
     pub after: String,
@@ -51,6 +51,16 @@ pub struct LockEntry {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Lock {
     pub tasks: BTreeMap<String, LockEntry>,
+}
+
+/// A change of one task's record: its new line, or `None` to remove it
+/// (an older record that no longer describes the task). What
+/// [`Lock::update`] writes, and what a journaled integration carries
+/// ([`crate::journal`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LockLine {
+    pub task: String,
+    pub entry: Option<LockEntry>,
 }
 
 /// Why a lock file could not be read.
@@ -160,6 +170,36 @@ impl Lock {
     /// Writes the file atomically.
     pub fn save(&self, root: &Path) -> std::io::Result<()> {
         crate::fsx::write_atomic(&Lock::path(root), self.render().as_bytes())
+    }
+
+    /// Applies `lines`; whether anything changed.
+    pub fn apply(&mut self, lines: &[LockLine]) -> bool {
+        let mut changed = false;
+        for l in lines {
+            changed |= match &l.entry {
+                Some(e) => self.tasks.insert(l.task.clone(), e.clone()).as_ref() != Some(e),
+                None => self.tasks.remove(&l.task).is_some(),
+            };
+        }
+        changed
+    }
+
+    /// Changes `lines` in the file on disk and nothing else: the file is
+    /// read, changed and written again as one step of this process (the
+    /// project lock keeps other processes out), so writers that each know
+    /// only their own tasks never undo each other's lines. Nothing is
+    /// written when nothing changes.
+    pub fn update(root: &Path, lines: &[LockLine]) -> std::io::Result<()> {
+        static ONE_WRITER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let _one = ONE_WRITER.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lock = Lock::load(root).map_err(|e| std::io::Error::other(e.0))?;
+        if lock.apply(lines) {
+            lock.save(root)?;
+        }
+        Ok(())
     }
 }
 
@@ -339,6 +379,29 @@ mod tests {
         assert!(Lock::parse("task {").is_err());
         assert!(Lock::parse("version 2\n").unwrap_err().0.contains("upgrade"));
         assert!(Lock::parse("version 1\ntask \"a\" { before \"x\" }\n").unwrap_err().0.contains("after"));
+    }
+
+    #[test]
+    fn updates_change_only_their_own_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let line = |task: &str, entry: Option<LockEntry>| LockLine { task: task.into(), entry };
+        Lock::update(root, &[line("a", Some(entry(1))), line("b", Some(entry(2)))]).unwrap();
+        // A writer whose copy is stale (it never saw `b`) changes `a` only.
+        let mut stale = Lock::default();
+        stale.tasks.insert("a".into(), entry(1));
+        Lock::update(root, &[line("a", Some(entry(3)))]).unwrap();
+        let on_disk = Lock::load(root).unwrap();
+        assert_eq!(on_disk.tasks.keys().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(on_disk.tasks["a"], entry(3));
+        Lock::update(root, &[line("b", None), line("gone", None)]).unwrap();
+        assert_eq!(Lock::load(root).unwrap().tasks.keys().collect::<Vec<_>>(), ["a"]);
+        // Nothing to change: the file is not written again.
+        let before = std::fs::metadata(Lock::path(root)).unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        Lock::update(root, &[line("a", Some(entry(3)))]).unwrap();
+        assert_eq!(std::fs::metadata(Lock::path(root)).unwrap().modified().unwrap(), before);
+        assert!(stale.apply(&[line("a", Some(entry(3)))]) && !stale.apply(&[line("a", Some(entry(3)))]));
     }
 
     #[test]

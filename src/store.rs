@@ -170,7 +170,7 @@ impl Store {
         if !self.is_whole(&path, &hash) {
             let dir = path.parent().unwrap_or(&self.dir);
             std::fs::create_dir_all(dir)?;
-            let tmp = dir.join(format!(".tmp-{}-{}", std::process::id(), &hash[..16]));
+            let tmp = dir.join(format!("{}{}-{}", crate::fsx::TMP_PREFIX, std::process::id(), &hash[..16]));
             let _ = std::fs::remove_file(&tmp);
             if std::fs::hard_link(file, &tmp).is_err() {
                 std::fs::copy(file, &tmp)?;
