@@ -5,93 +5,29 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::changes::{Change, ChangeKind, ChangeSet};
-use crate::lock::{Lock, LockEntry};
+use crate::changes::{Change, ChangeKind};
+use crate::lock::LockEntry;
 use crate::plan::state::Basis;
 use crate::plan::{Plan, PlannedTask, State};
 use crate::runner::TaskResult;
-use crate::store::{ENTRY_FORMAT, Entry, Outputs, Store, StoredChange};
+use crate::store::{Outputs, Store, StoredChange};
 
-/// Stores a change set's contents; returns the stored changes and the
-/// patch hash (blake3 of their canonical JSON).
-pub fn store_changes(store: &Store, changes: &ChangeSet) -> std::io::Result<(Vec<StoredChange>, String)> {
-    let mut out = Vec::new();
-    for c in &changes.changes {
-        if let Some(why) = crate::workspace::never_written(c) {
-            return Err(std::io::Error::other(format!("{} is never stored: {why}", c.path)));
-        }
-        let old = c.old.as_deref().map(|b| store.put_object(b)).transpose()?;
-        let new = c.new.as_deref().map(|b| store.put_object(b)).transpose()?;
-        out.push(StoredChange { path: c.path.clone(), kind: c.kind.clone(), old, new, mode: c.mode });
+/// Completes the store entry of a task that passed: the runner wrote it
+/// before the change reached the tree ([`crate::runner::record`]); what is
+/// known only once the task has ended (its whole record folder, its
+/// duration) goes in now. Returns the task's output (the patch hash).
+pub fn finish_record(store: &Store, t: &PlannedTask, result: &TaskResult) -> std::io::Result<String> {
+    let mut entry = store
+        .read_entry(&t.hash)
+        .ok()
+        .flatten()
+        .ok_or_else(|| std::io::Error::other("its store entry was not written before integration"))?;
+    if let Some(dir) = &result.record_dir {
+        entry.records.extend(crate::runner::record::store_records(store, dir)?);
     }
-    let patch = crate::plan::hash::hash_json(&out);
-    Ok((out, patch))
-}
-
-/// Records a passed (or replayed) task: its objects and entry in the store,
-/// its line in the lock. `before` is the task as planned right before it
-/// ran; `after` the same task hashed once its change was integrated.
-pub fn record(
-    store: &Store,
-    lock: &mut Lock,
-    root: &Path,
-    before: &PlannedTask,
-    after: &PlannedTask,
-    result: &TaskResult,
-    agent_version: Option<String>,
-) -> std::io::Result<String> {
-    let empty = ChangeSet::default();
-    let (changes, patch) = store_changes(store, result.changes.as_ref().unwrap_or(&empty))?;
-    let report = &result.end.report;
-    let mut records = BTreeMap::new();
-    if let Some(dir) = &result.record_dir
-        && let Ok(rd) = std::fs::read_dir(dir)
-    {
-        for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_file()) {
-                records.insert(e.file_name().to_string_lossy().into_owned(), store.put_object_file(&e.path())?);
-            }
-        }
-    }
-    let date = crate::lock::now_rfc3339();
-    // Right after integration, the outputs are the change's new contents.
-    let outputs = crate::plan::state::outputs_of(&changes);
-    let outputs_hash = crate::plan::state::outputs_hash(&outputs);
-    let entry = Entry {
-        format: ENTRY_FORMAT,
-        task: before.task.name.clone(),
-        before: before.hash.clone(),
-        after: after.hash.clone(),
-        patch: patch.clone(),
-        changes,
-        key: serde_json::to_value(&before.key).unwrap_or_default(),
-        after_key: serde_json::to_value(&after.key).ok(),
-        outputs: Some(outputs),
-        agent: report.agent.clone(),
-        agent_version: agent_version.clone(),
-        date: date.clone(),
-        summary: report.summary.clone(),
-        cost_usd: report.cost_usd,
-        duration_ms: report.duration_ms,
-        attempts: report.attempts,
-        records,
-        split: result.split.clone(),
-    };
+    entry.duration_ms = result.end.report.duration_ms;
     store.put_entry(&entry)?;
-    lock.tasks.insert(
-        before.task.name.clone(),
-        LockEntry {
-            before: before.hash.clone(),
-            after: after.hash.clone(),
-            outputs: Some(outputs_hash),
-            patch: patch.clone(),
-            agent: report.agent.clone(),
-            agent_version,
-            date,
-        },
-    );
-    lock.save(root)?;
-    Ok(patch)
+    Ok(entry.patch)
 }
 
 /// Moves a recorded task's after-state to the project as a run left it:
@@ -112,20 +48,6 @@ pub fn update_after(store: &Store, entry: &mut LockEntry, t: &PlannedTask, outpu
             e.outputs = outputs;
         }
         let _ = store.put_entry(&e);
-    }
-}
-
-/// The lock line of a store entry (a replayed entry the lock did not
-/// record: SPEC 4).
-pub fn lock_line(e: &Entry) -> LockEntry {
-    LockEntry {
-        before: e.before.clone(),
-        after: e.after.clone(),
-        outputs: e.outputs.as_ref().map(crate::plan::state::outputs_hash),
-        patch: e.patch.clone(),
-        agent: e.agent.clone(),
-        agent_version: e.agent_version.clone(),
-        date: e.date.clone(),
     }
 }
 

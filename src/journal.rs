@@ -486,7 +486,7 @@ fn forward(root: &Path, store: &Store, steps: &[Step], points: Points) -> Result
 /// not be put back, with why.
 fn backward(root: &Path, store: &Store, steps: &[Step], made: &[String], points: Points) -> Vec<String> {
     let mut problems = Vec::new();
-    let mut restore = |s: &Step, problems: &mut Vec<String>| {
+    let restore = |s: &Step, problems: &mut Vec<String>| {
         let done = match &s.old {
             Some(c) => place(root, store, &s.path, c, &points),
             None => remove(root, &s.path, false),

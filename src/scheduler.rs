@@ -424,13 +424,24 @@ impl Schedule<'_> {
         t.skipped(format!("dependency `{dep}` did not pass"))
     }
 
-    /// Records what a finished task did (the store entry and the lock line
-    /// for what passed; a failure to record never fails the run), and notes
-    /// what it hands its dependents and whether it stops the run.
+    /// Records what a finished task did (its lock line, written with its
+    /// change, joins the lock as this run sees it; its store entry is
+    /// completed; a failure to record never fails the run), and notes what
+    /// it hands its dependents and whether it stops the run.
     fn settle(&mut self, t: &PlannedTask, r: TaskResult) -> TaskEnd {
+        if let Some(line) = &r.lock_line {
+            self.lock.apply(std::slice::from_ref(line));
+        }
         let output = match r.end.state() {
             TaskState::UpToDate => self.lock.tasks.get(&t.task.name).map(|e| e.patch.clone()),
-            TaskState::Replayed => self.settle_replayed(t),
+            // A replayed task's entry (the agent's prompts, transcripts,
+            // cost) and lock line stand as recorded, and its after-state
+            // does not move here: a replay reproduces the recorded tree,
+            // and the end of the run (`cmd::run`, never with `--locked`)
+            // hashes what the run left. An entry the lock did not record (a
+            // run killed before its line was written) got its line with the
+            // replayed change, joined above.
+            TaskState::Replayed => t.cached.patch.clone(),
             TaskState::Passed => self.record(t, &r),
             _ => None,
         };
@@ -446,54 +457,24 @@ impl Schedule<'_> {
         end
     }
 
-    /// A replayed task: the stored entry (the agent's prompts, transcripts,
-    /// cost) and the lock line stand as recorded: recording the replay
-    /// would drop them and churn the lock's date. Nor does its after-state
-    /// move here: a replay reproduces the recorded tree, and the end of
-    /// the run (`cmd::run`, never with `--locked`) hashes what the run
-    /// left. An entry the lock does not record (a run killed before its
-    /// line was written) gets its line. Returns the task's output.
-    fn settle_replayed(&mut self, t: &PlannedTask) -> Option<String> {
-        let key = t.cached.entry.as_deref()?;
-        let recorded = self.lock.tasks.get(&t.task.name).is_some_and(|l| l.before == key);
-        if !recorded
-            && !self.opts.locked
-            && let Ok(Some(entry)) = self.runner.plan.store.read_entry(key)
-        {
-            self.lock.tasks.insert(t.task.name.clone(), crate::cache::lock_line(&entry));
-            if let Err(e) = self.lock.save(&self.runner.plan.project.root) {
-                warn(&format!("could not write cassist.lock: {e}"));
-            }
-        }
-        t.cached.patch.clone()
-    }
-
-    /// A passed task goes into the store and the lock; returns its output
-    /// (the patch hash), or `None` when it could not be recorded.
+    /// A passed task: the runner recorded it in the store and wrote its
+    /// lock line with its change; its entry is completed here. Returns its
+    /// output (the patch hash), or `None` when it was not recorded.
     fn record(&mut self, t: &PlannedTask, r: &TaskResult) -> Option<String> {
         if self.opts.locked {
             // No agent runs under `--locked`, so nothing passes; should
             // something, the lock is still never written.
             return None;
         }
-        let runner = &self.runner;
-        let root = &runner.plan.project.root;
-        let mut after = t.clone();
-        let recorded = rehash(runner, &mut after, &self.outputs).map_err(std::io::Error::other).and_then(|()| {
-            let version = runner.plan.hashing.versions.get(&r.end.report.agent).cloned().flatten();
-            crate::cache::record(&runner.plan.store, &mut self.lock, root, t, &after, r, version)
-        });
-        match recorded {
+        let recorded = r.lock_line.as_ref().is_some_and(|l| l.entry.is_some());
+        if !recorded {
+            return None;
+        }
+        match crate::cache::finish_record(&self.runner.plan.store, t, r) {
             Ok(patch) => Some(patch),
             Err(e) => {
-                eprintln!("warning: could not record `{}` in the cache: {e}", t.task.name);
-                // An older record of the task no longer describes it.
-                if self.lock.tasks.remove(&t.task.name).is_some()
-                    && let Err(e) = self.lock.save(root)
-                {
-                    eprintln!("warning: could not write cassist.lock: {e}");
-                }
-                None
+                eprintln!("warning: could not complete the record of `{}` in the cache: {e}", t.task.name);
+                self.lock.tasks.get(&t.task.name).map(|l| l.patch.clone())
             }
         }
     }

@@ -246,6 +246,15 @@ impl Store {
         write_atomic(&self.entry_path(&entry.before), &json)
     }
 
+    /// Removes the entry recorded for input hash `before` (its objects
+    /// stay until `cache gc`).
+    pub fn remove_entry(&self, before: &str) -> std::io::Result<()> {
+        match std::fs::remove_file(self.entry_path(before)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// The entry recorded for input hash `before`, if it is whole: every
     /// object it names is present.
     pub fn get_entry(&self, before: &str) -> Option<Entry> {
@@ -346,6 +355,17 @@ impl ProjectLock {
             Err(std::fs::TryLockError::Error(e)) => return Err(e),
         }
         Ok(ProjectLock { _file: file })
+    }
+
+    /// The lock if no other process holds it; `None` if one does.
+    pub fn try_acquire(root: &Path) -> std::io::Result<Option<ProjectLock>> {
+        let dir = ensure_state_dir(root)?;
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("lock"))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(ProjectLock { _file: file })),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        }
     }
 }
 

@@ -35,13 +35,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::changes::{Change, ChangeKind, ChangeSet};
 use crate::entry::{self, Kind, Reader, raw_path};
+use crate::journal;
 use crate::limits::Limits;
 use crate::paths::{Stamp, is_reserved, is_reserved_name, project_files, workspace_walker};
 use crate::process;
@@ -774,9 +774,22 @@ impl Workspace {
         result
     }
 
-    /// Integrates `changes` into the user's tree; see [`integrate`].
-    pub fn integrate(&mut self, changes: &ChangeSet) -> Result<Integrated, IntegrateError> {
+    /// Begins integrating `changes` into the user's tree: the transaction
+    /// is open; see [`integrate`].
+    pub fn begin_integration(&self, changes: &ChangeSet) -> Result<journal::Open, IntegrateError> {
         integrate(&self.root, changes, &self.manifest)
+    }
+
+    /// Integrates `changes` into the user's tree and commits it at once
+    /// (no lock line goes with it); what was written.
+    pub fn integrate(&mut self, changes: &ChangeSet) -> Result<Integrated, IntegrateError> {
+        let open = self.begin_integration(changes)?;
+        let done = Integrated {
+            written: open.written().map(str::to_owned).collect(),
+            deleted: open.deleted().map(str::to_owned).collect(),
+        };
+        open.commit(Vec::new()).map_err(|e| IntegrateError::Io(e.to_string()))?;
+        Ok(done)
     }
 }
 
@@ -1094,15 +1107,6 @@ fn files_below(dir: &Path, root: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// A file's bytes, or a symlink's target.
-fn read_entry(path: &Path, meta: &std::fs::Metadata) -> std::io::Result<Vec<u8>> {
-    if meta.file_type().is_symlink() {
-        Ok(std::fs::read_link(path)?.into_os_string().into_encoded_bytes())
-    } else {
-        std::fs::read(path)
-    }
-}
-
 /// A deleted and an added file with the same content are a rename.
 fn detect_renames(changes: Vec<Change>) -> Vec<Change> {
     let mut deleted_by_content: HashMap<Vec<u8>, usize> = HashMap::new();
@@ -1255,16 +1259,11 @@ impl IgnoreCheck {
     }
 }
 
-/// A file's bytes and mode before integration touched it.
-type Backup = (Vec<u8>, u32);
-
-/// What integration did.
+/// What an integration wrote.
 #[derive(Debug, Default)]
 pub struct Integrated {
     pub written: Vec<String>,
     pub deleted: Vec<String>,
-    /// Content the user's files had before (for a rollback).
-    backup: Vec<(String, Option<Backup>)>,
 }
 
 /// Why integration did not happen. The user's tree is unchanged.
@@ -1306,13 +1305,17 @@ pub fn never_written(c: &Change) -> Option<String> {
     })
 }
 
-/// Applies `changes` to the user's tree at `root`, uncommitted. A change
-/// integration must never write ([`never_written`]) refuses the
+/// Begins writing `changes` into the user's tree at `root`, uncommitted,
+/// as a journaled transaction ([`crate::journal`]): the files are written
+/// when this returns, and the transaction stays open until the caller
+/// commits it (with the task's lock line) or rolls it back; a killed
+/// cassist's open transaction is rolled back by the next command.
+///
+/// A change integration must never write ([`never_written`]) refuses the
 /// whole set; then every file is checked against `manifest` (its state
 /// when the workspace was made): a file changed meanwhile is a conflict
-/// and nothing is written. Modes are written without special bits. A
-/// failure half-way restores what was written.
-pub fn integrate(root: &Path, changes: &ChangeSet, manifest: &Manifest) -> Result<Integrated, IntegrateError> {
+/// and nothing is written. Modes are written without special bits.
+pub fn integrate(root: &Path, changes: &ChangeSet, manifest: &Manifest) -> Result<journal::Open, IntegrateError> {
     let refused: Vec<String> =
         changes.changes.iter().filter_map(|c| never_written(c).map(|why| format!("{}: {why}", c.path))).collect();
     if !refused.is_empty() {
@@ -1362,112 +1365,24 @@ pub fn integrate(root: &Path, changes: &ChangeSet, manifest: &Manifest) -> Resul
         conflicts.dedup();
         return Err(IntegrateError::Conflict(conflicts));
     }
-    let mut done = Integrated::default();
-    let result = (|| -> std::io::Result<()> {
-        // Removals first (a folder may give way to a file), then writes.
-        for c in &changes.changes {
-            if let ChangeKind::Renamed { from } = &c.kind {
-                remove_file(root, from, &mut done)?;
-            }
-            if c.new.is_none() {
-                remove_file(root, &c.path, &mut done)?;
-            }
+    let io = |e: std::io::Error| IntegrateError::Io(e.to_string());
+    let mut transaction = journal::Transaction::new(root);
+    for c in &changes.changes {
+        if let ChangeKind::Renamed { from } = &c.kind {
+            transaction.delete(from);
         }
-        for c in &changes.changes {
-            if let Some(bytes) = &c.new {
-                write_file(root, &c.path, bytes, c.mode, &mut done)?;
-            }
-        }
-        Ok(())
-    })();
-    match result {
-        Ok(()) => Ok(done),
-        Err(e) => {
-            rollback(root, &done);
-            Err(IntegrateError::Io(e.to_string()))
+        match &c.new {
+            Some(bytes) => transaction.write(&c.path, bytes, c.mode).map_err(io)?,
+            None => transaction.delete(&c.path),
         }
     }
-}
-
-fn backup_of(path: &Path) -> Option<(Vec<u8>, u32)> {
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    read_entry(path, &meta).ok().map(|b| (b, meta.mode()))
-}
-
-fn write_file(root: &Path, rel: &str, bytes: &[u8], mode: u32, done: &mut Integrated) -> std::io::Result<()> {
-    let path = root.join(rel);
-    done.backup.push((rel.to_owned(), backup_of(&path)));
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    if mode & libc::S_IFMT == libc::S_IFLNK {
-        let _ = std::fs::remove_file(&path);
-        std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(bytes), &path)?;
-    } else {
-        let dir = path.parent().unwrap_or(root);
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-        std::io::Write::write_all(&mut tmp, bytes)?;
-        // Never a setuid, setgid or sticky bit, whatever was asked.
-        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(mode & 0o777))?;
-        tmp.persist(&path).map_err(|e| e.error)?;
-    }
-    done.written.push(rel.to_owned());
-    Ok(())
-}
-
-fn remove_file(root: &Path, rel: &str, done: &mut Integrated) -> std::io::Result<()> {
-    let path = root.join(rel);
-    done.backup.push((rel.to_owned(), backup_of(&path)));
-    match std::fs::remove_file(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    prune_empty_parents(root, &path);
-    done.deleted.push(rel.to_owned());
-    Ok(())
-}
-
-/// Removes the folders above `path` that are left empty, up to `root`.
-fn prune_empty_parents(root: &Path, path: &Path) {
-    let mut dir = path.parent();
-    while let Some(d) = dir {
-        if d == root || !d.starts_with(root) || std::fs::remove_dir(d).is_err() {
-            break;
-        }
-        dir = d.parent();
-    }
-}
-
-/// Puts back what [`integrate`] changed (after a failed write, or when the
-/// `build` command fails afterwards).
-pub fn rollback(root: &Path, done: &Integrated) {
-    for (rel, backup) in done.backup.iter().rev() {
-        let path = root.join(rel);
-        match backup {
-            Some((bytes, mode)) => {
-                let _ = std::fs::remove_file(&path);
-                if mode & libc::S_IFMT == libc::S_IFLNK {
-                    let _ = std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(bytes), &path);
-                } else {
-                    if let Some(parent) = path.parent() {
-                        let _ = std::fs::create_dir_all(parent);
-                    }
-                    let _ = std::fs::write(&path, bytes);
-                    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & 0o7777));
-                }
-            }
-            None => {
-                let _ = std::fs::remove_file(&path);
-                prune_empty_parents(root, &path);
-            }
-        }
-    }
+    transaction.begin().map_err(io)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStrExt;
 
     /// Writes `files` (path → content; `None`: a whiteout) under `dir`.
     fn layer(dir: &Path, files: &[(&str, Option<&str>)]) -> bool {

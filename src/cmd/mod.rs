@@ -37,6 +37,15 @@ pub fn run(command: Command, dir: Option<&Path>, out: &Output) -> Result {
 }
 
 fn dispatch(command: Command, cwd: &Path, out: &Output) -> Result {
+    // What reads the project's state first puts right what a killed
+    // cassist left in it; `check` stays read-only.
+    if matches!(
+        command,
+        Command::Run(_) | Command::Plan { .. } | Command::Prompt { .. } | Command::Explain { .. } | Command::Cache(_)
+    ) {
+        let root = crate::project::find_root(cwd);
+        recover(&std::fs::canonicalize(&root).unwrap_or(root), false);
+    }
     match command {
         Command::Run(args) => run::run(cwd, &args, out),
         Command::Check(args) => check::run(cwd, &args, out),
@@ -56,6 +65,28 @@ fn dispatch(command: Command, cwd: &Path, out: &Output) -> Result {
             crate::out!("{}", String::from_utf8_lossy(&buf));
             Ok(())
         }
+    }
+}
+
+/// Completes or rolls back an integration a killed cassist left in the
+/// project at `root`, and removes its stray temp files (SPEC 3.9), saying
+/// so in one line. Under the project lock: `held` when the command holds
+/// it; otherwise it is taken for the moment, and when another cassist
+/// holds it (a run in progress: the integration is its own) nothing is
+/// done.
+fn recover(root: &Path, held: bool) {
+    if !crate::journal::pending(root) {
+        return;
+    }
+    let _lock = match held {
+        true => None,
+        false => match crate::store::ProjectLock::try_acquire(root) {
+            Ok(Some(lock)) => Some(lock),
+            _ => return,
+        },
+    };
+    if let Some(done) = crate::journal::recover(root) {
+        eprintln!("note: {done}");
     }
 }
 

@@ -27,6 +27,9 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
         eprintln!("waiting for another cassist run on this project to finish...")
     })
     .map_err(|e| Error::Internal(format!("cannot lock {}: {e}", crate::fsx::state_dir(&root).display())))?;
+    // A run killed while this one waited for the lock may have left an
+    // integration unfinished.
+    super::recover(&root, true);
     let plan = super::plan_loaded(loaded)?;
     out.print_diagnostics(&plan.warnings);
     // --filter: the named tasks and what they depend on; --shard: a slice.
@@ -96,6 +99,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
         cancel: cancel.clone(),
         events: reporter.events(),
         max_cost: args.max_cost,
+        locked: args.locked,
         spent: Default::default(),
         integration: Default::default(),
     });
@@ -116,7 +120,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     // project is up-to-date next time. This is the only place an
     // after-state moves, and `--locked` never writes the lock.
     if touched && !interrupted && !args.locked {
-        let mut changed = false;
+        let mut changed = Vec::new();
         for (planned, r) in selected.iter().zip(&reports) {
             if !r.state().is_success() || !lock.tasks.contains_key(&planned.task.name) {
                 continue;
@@ -129,11 +133,11 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
                 let moved = now.as_ref().is_some_and(|o| entry.outputs != Some(crate::plan::state::outputs_hash(o)));
                 if entry.after != t.hash || moved {
                     crate::cache::update_after(&plan.store, entry, &t, now);
-                    changed = true;
+                    changed.push(crate::lock::LockLine { task: t.task.name.clone(), entry: Some(entry.clone()) });
                 }
             }
         }
-        if changed && let Err(e) = lock.save(&plan.project.root) {
+        if let Err(e) = crate::lock::Lock::update(&plan.project.root, &changed) {
             eprintln!("warning: could not write cassist.lock: {e}");
         }
     }

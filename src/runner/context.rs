@@ -56,6 +56,8 @@ pub struct TaskContext<'a> {
     /// What the next prompt of the whole task is told (review or
     /// acceptance feedback).
     pub feedback: Option<String>,
+    /// When the task started.
+    pub started: std::time::Instant,
 }
 
 impl<'a> TaskContext<'a> {
@@ -83,6 +85,7 @@ impl<'a> TaskContext<'a> {
             facts,
             iteration: 1,
             feedback: None,
+            started: std::time::Instant::now(),
         }
     }
 

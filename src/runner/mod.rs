@@ -6,7 +6,8 @@
 //! [`Runner`], everything it did goes out as a [`TaskResult`] and events.
 //! Each step is a file: [`setup`], [`attempt`] (one agent run, with
 //! [`agents`] for the failover chain), [`judge`], [`acceptance`],
-//! [`integrate`], with [`jail`] saying what confines each of their
+//! [`integrate`] (after [`record`]: a passed task is in the store before
+//! its change reaches the tree), with [`jail`] saying what confines each of their
 //! commands, and the loops that
 //! drive them, [`whole_loop`] and [`split_loop`]; [`replay`] applies a
 //! stored change instead. They work on one task's [`TaskContext`] and fail
@@ -21,6 +22,7 @@ mod failure;
 mod integrate;
 mod jail;
 mod judge;
+pub mod record;
 mod replay;
 mod setup;
 mod split_loop;
@@ -33,6 +35,7 @@ use std::time::Instant;
 
 use crate::changes::ChangeSet;
 use crate::event::{Event, Events, TaskEnd, TaskState};
+use crate::lock::LockLine;
 use crate::part::Part;
 use crate::plan::{Plan, PlannedTask};
 use crate::process::{Cancel, Redactor};
@@ -60,11 +63,14 @@ pub struct TaskResult {
     /// The parts a split task passed with, in order (recorded, so that it
     /// starts split next time).
     pub split: Vec<Part>,
+    /// The task's `cassist.lock` line as its integration wrote it (a
+    /// removal when it could not be recorded).
+    pub lock_line: Option<LockLine>,
 }
 
 impl TaskResult {
     pub fn new(end: TaskEnd) -> TaskResult {
-        TaskResult { end, record_dir: None, changes: None, split: Vec::new() }
+        TaskResult { end, record_dir: None, changes: None, split: Vec::new(), lock_line: None }
     }
 }
 
@@ -89,6 +95,8 @@ pub struct Runner {
     pub events: Events,
     /// `--max-cost`: no agent starts once the spend reaches it.
     pub max_cost: Option<f64>,
+    /// `--locked`: nothing writes `cassist.lock`.
+    pub locked: bool,
     /// What agents reported spending in this run, in micro-dollars.
     pub spent: AtomicU64,
     /// Written while a change goes into the user's tree (one at a time);
@@ -105,6 +113,8 @@ struct Done {
     changes: ChangeSet,
     /// The parts a split task passed with.
     split: Vec<Part>,
+    /// Its lock line, as written with the change.
+    lock: Option<LockLine>,
 }
 
 /// How a task went: what it did, how it ended, and its workspace (kept for
@@ -142,7 +152,13 @@ impl Ending {
             Ok(done) => {
                 end.report.state = done.state;
                 end.report.reason = facts.nothing_integrated;
-                TaskResult { end, record_dir: None, changes: Some(done.changes), split: done.split }
+                TaskResult {
+                    end,
+                    record_dir: None,
+                    changes: Some(done.changes),
+                    split: done.split,
+                    lock_line: done.lock,
+                }
             }
             Err(f) => {
                 end.report.state = f.state;
@@ -245,8 +261,12 @@ impl Runner {
                 Err(f) => return Ending::early(facts, f),
             };
             let mut task = TaskContext::new(self, t, record, ws, Vec::new(), facts);
-            let outcome =
-                task.replay(entry).map(|changes| Done { state: TaskState::Replayed, changes, split: Vec::new() });
+            let outcome = task.replay(entry).map(|(changes, lock)| Done {
+                state: TaskState::Replayed,
+                changes,
+                split: Vec::new(),
+                lock,
+            });
             // A replay's workspace is never kept.
             Ending { facts: task.facts, outcome, workspace: None }
         })
@@ -349,7 +369,8 @@ mod tests {
 
     #[test]
     fn a_task_that_passed_hands_over_its_change_and_parts() {
-        let done = Done { state: TaskState::Passed, changes: ChangeSet::default(), split: vec![Part::whole()] };
+        let done =
+            Done { state: TaskState::Passed, changes: ChangeSet::default(), split: vec![Part::whole()], lock: None };
         let r = Ending { facts: facts(), outcome: Ok(done), workspace: None }.into_result(base(), true);
         assert_eq!((r.end.report.state, r.end.report.reason.as_deref()), (TaskState::Passed, None));
         assert_eq!((r.end.tail.as_str(), r.end.interrupted), ("", false));
@@ -359,7 +380,7 @@ mod tests {
         // A task that passed with nothing to integrate says why.
         let why = "not integrated, ignored by .gitignore: out.log";
         let facts = Facts { nothing_integrated: Some(why.into()), ..facts() };
-        let done = Done { state: TaskState::Passed, changes: ChangeSet::default(), split: Vec::new() };
+        let done = Done { state: TaskState::Passed, changes: ChangeSet::default(), split: Vec::new(), lock: None };
         let r = Ending { facts, outcome: Ok(done), workspace: None }.into_result(base(), true);
         assert_eq!((r.end.report.state, r.end.report.reason.as_deref()), (TaskState::Passed, Some(why)));
     }

@@ -9,6 +9,7 @@ use crate::spec::Kind;
 use crate::split;
 
 use super::attempt::{Oversized, Request, Step};
+use super::integrate::Origin;
 use super::judge::Judged;
 use super::split_loop::Parts;
 use super::{Done, Failure, TaskContext};
@@ -34,8 +35,8 @@ impl TaskContext<'_> {
             Some(tree) => self.run_split(Parts::new(tree, &files), summaries)?,
             None => self.run_whole(&base_prompt, &files, summaries)?,
         };
-        self.integrate_and_build(&changes)?;
-        Ok(Done { state: TaskState::Passed, changes, split })
+        let lock = self.integrate_and_build(&changes, Origin::Passed { split: &split })?;
+        Ok(Done { state: TaskState::Passed, changes, split, lock })
     }
 
     /// The split this task starts with, when it needed one last time.

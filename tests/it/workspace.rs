@@ -22,9 +22,7 @@ use std::time::{Duration, Instant};
 use cassist::changes::{Change, ChangeKind, ChangeSet, Hazard, Special};
 use cassist::paths::is_reserved;
 use cassist::sandbox::Jail;
-use cassist::workspace::{
-    IntegrateError, Layer, Mode, Workspace, detect_mode, remove_kept, remove_stale, remove_tree, rollback,
-};
+use cassist::workspace::{IntegrateError, Layer, Mode, Workspace, detect_mode, remove_kept, remove_stale, remove_tree};
 
 use crate::support::{
     CASSIST, Project, Sandbox, Test, git_env, processes_with, sandbox_or_skip, unique_marker, wait_until,
@@ -193,10 +191,14 @@ enum Node {
     Other { mode: u32 },
 }
 
-/// Every entry below `root` (relative paths), `.git/` included.
+/// Every entry below `root` (relative paths), `.git/` included, cassist's
+/// own `.cassist/` not.
 fn tree(root: &Path) -> BTreeMap<String, Node> {
     let mut out = BTreeMap::new();
-    for entry in walkdir::WalkDir::new(root).min_depth(1).sort_by_file_name() {
+    // Integration keeps its journal and the old contents in cassist's own
+    // `.cassist/`, which is no part of the user's files.
+    let walk = walkdir::WalkDir::new(root).min_depth(1).sort_by_file_name();
+    for entry in walk.into_iter().filter_entry(|e| e.depth() != 1 || e.file_name() != ".cassist") {
         let entry = entry.expect("walk the tree");
         let rel = entry.path().strip_prefix(root).unwrap().to_string_lossy().into_owned();
         let meta = entry.path().symlink_metadata().unwrap();
@@ -751,9 +753,10 @@ fn integrate_applies_exactly(mode: Mode) {
     assert_eq!(std::fs::read(f.path().join("data/new.bin")).unwrap(), b"bin\0ary\xff\n");
     assert_eq!(std::fs::read(f.path().join("data/blob.bin")).unwrap(), [0, 1, 2, 3]);
     // Nothing else reached the tree.
-    for rel in ["CLAUDE.md", "build.log", "__pycache__/new.pyc", "src/__pycache__", "target", ".cassist"] {
+    for rel in ["CLAUDE.md", "build.log", "__pycache__/new.pyc", "src/__pycache__", "target", ".cassist/runs"] {
         assert!(!f.path().join(rel).exists(), "{rel} reached the user's tree");
     }
+    assert!(!f.path().join(".cassist/journal").exists(), "the integration's journal is left");
     assert_eq!(std::fs::read(f.path().join("ignored.log")).unwrap(), ignored_before);
 
     let mut written = done.written.clone();
@@ -814,16 +817,17 @@ fn conflict_on_added_and_deleted_files(mode: Mode) {
     assert_same("a refused integration changed the tree", &before, &tree(f.path()));
 }
 
-/// `rollback` after `integrate` gives back every file as it was.
+/// Rolling back an integration (begun, not committed) gives back every
+/// file as it was.
 fn rollback_restores_the_tree(mode: Mode) {
     let f = fixture(true);
     let before = tree_files(f.path());
     let mut ws = workspace(&f, mode);
     run_ok(&ws, AGENT);
     let cs = ws.changes().unwrap();
-    let done = ws.integrate(&cs).expect("integrate");
+    let open = ws.begin_integration(&cs).expect("integrate");
     assert!(!tree_diff(&before, &tree_files(f.path())).is_empty(), "integrate changed nothing");
-    rollback(&ws.root, &done);
+    open.roll_back().unwrap();
     assert_same("rollback left differences", &before, &tree_files(f.path()));
 }
 
@@ -1159,7 +1163,7 @@ fn folders_follow_the_files(mode: Mode) {
     let mut ws = workspace(&f, mode);
     run_ok(&ws, AGENT);
     let cs = ws.changes().unwrap();
-    let done = ws.integrate(&cs).expect("integrate");
+    let open = ws.begin_integration(&cs).expect("integrate");
     let dirs = |root: &Path| -> Vec<String> {
         tree(root)
             .into_iter()
@@ -1170,7 +1174,7 @@ fn folders_follow_the_files(mode: Mode) {
     // `rm -r docs` in the workspace: no docs/ after integration.
     let left: Vec<String> = dirs(f.path()).into_iter().filter(|d| d.starts_with("docs")).collect();
     assert!(left.is_empty(), "left behind: {left:?}");
-    rollback(&ws.root, &done);
+    open.roll_back().unwrap();
     // new/ was made for new/place.txt: gone again after the rollback.
     assert_same("rollback left folders", &before, &tree(f.path()));
 }
