@@ -11,6 +11,7 @@ mod agents;
 mod attacks;
 mod cache;
 mod cli;
+mod crash;
 mod demo;
 mod fuzz;
 mod hash;

@@ -1,0 +1,403 @@
+//! Crash safety (SPEC 3.9, issue 13): cassist killed at every step of
+//! recording, integration and build, and from outside at random moments
+//! of a 400-file integration. After each kill, and after the next
+//! command, every file of the change is whole (old or new, never a mix
+//! inside a file, and never half the change once the next command has
+//! run), no `.cassist-tmp-*` is left, the lock parses and the store reads;
+//! the run after that leaves the tree changed and never calls the agent
+//! again for a task that was recorded.
+//!
+//! The kills at each step use cassist's failpoints
+//! (`CASSIST_FAILPOINT=name:N`: SIGKILL at the N-th hit of `name`); each
+//! point is tried at every N until cassist runs past its last hit.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::support::{Output, Project, Test, write};
+
+/// The counting agent: one line per call in `$COUNT_DIR/calls` (outside
+/// the project), then every `src/*.txt` rewritten (`old NNN` → `new NNN`,
+/// longer), `old/gone.txt` deleted (its folder with it), and
+/// `new/dir/made.txt` made in new folders.
+const AGENT: &str = r#"#!/bin/sh
+set -eu
+echo "$CASSIST_TASK" >> "$COUNT_DIR/calls"
+for f in src/*.txt; do
+    n=${f#src/}
+    n=${n%.txt}
+    printf 'new %s, as the agent wrote it\n' "$n" > "$f"
+done
+rm old/gone.txt
+mkdir -p new/dir
+echo made > new/dir/made.txt
+printf '{"success": true, "summary": "changed"}\n' > "$CASSIST_RESULT_FILE"
+"#;
+
+const TASKS: &str = r#"task "change" {
+    goal "Change every file."
+    context {
+        file "src/*.txt"
+    }
+    scope {
+        path "src/**"
+        path "old/**"
+        path "new/**"
+    }
+}
+"#;
+
+fn old(i: usize) -> String {
+    format!("old {i:03}\n")
+}
+
+fn new(i: usize) -> String {
+    format!("new {i:03}, as the agent wrote it\n")
+}
+
+/// A project of `files` files `src/NNN.txt` (and `old/gone.txt`) with the
+/// task `change`, its counting agent, and `build` as its build command.
+fn project(files: usize, build: Option<&str>) -> Project {
+    let test = (0..files).fold(Test::trusted().tasks(TASKS).file("old/gone.txt", "gone\n"), |t, i| {
+        t.file(&format!("src/{i:03}.txt"), old(i))
+    });
+    let p = test.build();
+    let count = p.out().join("count");
+    std::fs::create_dir_all(&count).unwrap();
+    let p = p.with_env("COUNT_DIR", count.to_str().unwrap());
+    let script = p.out().join("count.sh");
+    write(&script, AGENT);
+    let build = build.map(|b| format!("build {b:?}\n")).unwrap_or_default();
+    let config = format!(
+        "trust \"workspace-write\"\ntest #false\n{build}defaults {{\n    agent \"count\"\n}}\nagent \"count\" {{\n    command \"sh\" {:?}\n    pass-env \"COUNT_DIR\"\n}}\n",
+        script.display().to_string()
+    );
+    p.file("cassist.kdl", config);
+    p
+}
+
+/// How many times the agent ran.
+fn calls(p: &Project) -> usize {
+    std::fs::read_to_string(p.out().join("count/calls")).map_or(0, |t| t.lines().count())
+}
+
+/// Where the change stands in the tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Old,
+    New,
+    /// Some files old, some new (each of them whole).
+    Mixed,
+}
+
+/// Checks that every file of the change is whole, old or new; says where
+/// the change stands. Once a command has run after a kill, no temp file
+/// or empty folder of the change is left either.
+#[track_caller]
+fn whole_files(p: &Project, files: usize, when: &str) -> Side {
+    whole(p, files, when, true)
+}
+
+/// [`whole_files`] right after a kill: a temp file, or a folder made for
+/// a file not yet written, may be there until the next command.
+#[track_caller]
+fn as_killed(p: &Project, files: usize, when: &str) -> Side {
+    whole(p, files, when, false)
+}
+
+#[track_caller]
+fn whole(p: &Project, files: usize, when: &str, recovered: bool) -> Side {
+    let (mut olds, mut news) = (0, 0);
+    let mut count = |is_new: bool| if is_new { news += 1 } else { olds += 1 };
+    for i in 0..files {
+        let got = std::fs::read_to_string(p.path().join(format!("src/{i:03}.txt")))
+            .unwrap_or_else(|e| panic!("{when}: src/{i:03}.txt: {e}"));
+        assert!(got == old(i) || got == new(i), "{when}: src/{i:03}.txt is neither old nor new: {got:?}");
+        count(got == new(i));
+    }
+    match std::fs::read_to_string(p.path().join("old/gone.txt")) {
+        Ok(t) => {
+            assert_eq!(t, "gone\n", "{when}: old/gone.txt");
+            count(false);
+        }
+        Err(_) => count(true),
+    }
+    match std::fs::read_to_string(p.path().join("new/dir/made.txt")) {
+        Ok(t) => {
+            assert_eq!(t, "made\n", "{when}: new/dir/made.txt");
+            count(true);
+        }
+        Err(_) => {
+            assert!(!recovered || !p.path().join("new").exists(), "{when}: an empty new/ is left");
+            count(false);
+        }
+    }
+    if !recovered {
+        return side(olds, news);
+    }
+    for e in walkdir::WalkDir::new(p.path()).into_iter().filter_entry(|e| e.file_name() != "store") {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy();
+        assert!(
+            !name.starts_with(".cassist-tmp-") && !name.starts_with(".tmp"),
+            "{when}: temp file left: {}",
+            e.path().display()
+        );
+    }
+    side(olds, news)
+}
+
+fn side(olds: usize, news: usize) -> Side {
+    match (olds, news) {
+        (_, 0) => Side::Old,
+        (0, _) => Side::New,
+        _ => Side::Mixed,
+    }
+}
+
+/// The lock parses; every entry of the store reads; the task's lock line,
+/// if any, names a whole entry with the same patch and after-state.
+#[track_caller]
+fn consistent(p: &Project, when: &str) {
+    let lock = cassist::lock::Lock::load(p.path()).unwrap_or_else(|e| panic!("{when}: cassist.lock: {}", e.0));
+    let store = cassist::store::Store::open(p.path());
+    for e in std::fs::read_dir(store.dir().join("entries")).into_iter().flatten() {
+        let path = e.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        serde_json::from_slice::<cassist::store::Entry>(&bytes)
+            .unwrap_or_else(|e| panic!("{when}: {} does not read: {e}", path.display()));
+    }
+    if let Some(l) = lock.tasks.get("change") {
+        let entry = store.get_entry(&l.before).unwrap_or_else(|| panic!("{when}: no whole entry for the lock line"));
+        assert_eq!((entry.patch.as_str(), entry.after.as_str()), (l.patch.as_str(), l.after.as_str()), "{when}");
+    }
+}
+
+/// `cassist plan --json`: the task's state (the command recovers first).
+fn plan(p: &Project) -> (String, Output) {
+    let out = p.cassist(&["plan", "--json"]).exec();
+    let state = out.json()["tasks"][0]["state"].as_str().unwrap().to_owned();
+    (state, out)
+}
+
+/// Runs `change` with `CASSIST_FAILPOINT=point:n`: the side the kill
+/// left, or how cassist ended when it ran past the point's last hit.
+fn killed_at(p: &Project, files: usize, point: &str, n: usize) -> Result<Side, Output> {
+    let out = p.run(&[]).env("CASSIST_FAILPOINT", format!("{point}:{n}")).any_status().exec();
+    if std::os::unix::process::ExitStatusExt::signal(&out.status) != Some(9) {
+        return Err(out);
+    }
+    Ok(as_killed(p, files, &format!("killed at {point}:{n}")))
+}
+
+/// What a kill at a point leaves, and what follows.
+struct Expect {
+    /// After the kill and the next command (which recovers): the change
+    /// in the tree or not.
+    recovered: Side,
+    /// What `plan` says then.
+    state: &'static str,
+    /// The next run's state for the task.
+    next: &'static str,
+    /// Agent calls in all.
+    calls: usize,
+}
+
+/// Kills cassist at every hit of `point`, checking each time what the
+/// kill and the next commands leave.
+fn every_hit(point: &str, files: usize, build: Option<&str>, expect: &Expect) {
+    let mut n = 1;
+    loop {
+        let p = project(files, build);
+        let when = format!("{point}:{n}");
+        let left = match killed_at(&p, files, point, n) {
+            Ok(left) => left,
+            Err(out) => {
+                assert!(n > 1, "{point} was never hit:\n{}", out.transcript());
+                out.assert_code(0);
+                return;
+            }
+        };
+        if left == Side::Mixed {
+            assert!(p.path().join(".cassist/journal").exists(), "{when}: a mixed tree without a journal");
+        }
+        consistent(&p, &format!("{when}, as the kill left it"));
+        let (state, out) = plan(&p);
+        assert_eq!(whole_files(&p, files, &format!("{when}, after plan")), expect.recovered, "{}", out.transcript());
+        assert!(!p.path().join(".cassist/journal").exists(), "{when}: the journal is left:\n{}", out.transcript());
+        assert_eq!(state, expect.state, "{when}:\n{}", out.transcript());
+        consistent(&p, &format!("{when}, after plan"));
+        let out = p.run(&[]).exec();
+        assert_eq!(out.states()["change"], expect.next, "{when}:\n{}", out.transcript());
+        assert_eq!(whole_files(&p, files, &format!("{when}, after the next run")), Side::New);
+        assert_eq!(calls(&p), expect.calls, "{when}: agent calls");
+        consistent(&p, &format!("{when}, after the next run"));
+        let (state, out) = plan(&p);
+        assert_eq!(state, "up-to-date", "{when}, after the next run:\n{}", out.transcript());
+        n += 1;
+    }
+}
+
+/// The change was recorded, not integrated (or rolled back): replayed.
+const REPLAYED: Expect = Expect { recovered: Side::Old, state: "replay", next: "replayed", calls: 1 };
+/// The change was integrated and recorded.
+const DONE: Expect = Expect { recovered: Side::New, state: "up-to-date", next: "up-to-date", calls: 1 };
+
+const FILES: usize = 20;
+
+#[test]
+fn killed_while_recording_the_objects_the_task_runs_again() {
+    // Nothing of the task is recorded yet: the agent runs again.
+    every_hit("record-object", FILES, None, &Expect { recovered: Side::Old, state: "run", next: "passed", calls: 2 });
+}
+
+#[test]
+fn killed_once_recorded_the_task_is_replayed_never_run_again() {
+    for point in ["record-entry", "flush-begin", "flush-journal"] {
+        every_hit(point, FILES, None, &REPLAYED);
+    }
+}
+
+#[test]
+fn killed_while_writing_files_the_change_is_rolled_back_and_replayed() {
+    every_hit("flush-temp", FILES, None, &REPLAYED);
+}
+
+#[test]
+fn killed_after_any_file_the_change_is_rolled_back_and_replayed() {
+    every_hit("flush-file", FILES, None, &REPLAYED);
+}
+
+#[test]
+fn killed_around_the_build_the_change_is_rolled_back_and_replayed() {
+    for point in ["flush-applied", "build-start", "build-end"] {
+        every_hit(point, FILES, Some("test -f new/dir/made.txt"), &REPLAYED);
+    }
+}
+
+#[test]
+fn killed_once_committed_the_change_is_completed() {
+    for point in ["flush-commit", "flush-lock", "flush-done"] {
+        every_hit(point, FILES, Some("true"), &DONE);
+    }
+}
+
+/// A build that fails takes the change back out; killed at any file of
+/// that, the next command finishes taking it out, and the next run asks
+/// the agent again (the change failed its build: nothing to replay).
+#[test]
+fn killed_while_taking_back_a_change_whose_build_failed() {
+    let files = 6;
+    let mut n = 1;
+    loop {
+        let p = project(files, Some("exit 1"));
+        let when = format!("rollback-file:{n}");
+        if let Err(out) = killed_at(&p, files, "rollback-file", n) {
+            assert!(n > 1, "rollback-file was never hit:\n{}", out.transcript());
+            assert!(out.stdout.contains("the change was taken back out"), "{}", out.transcript());
+            return;
+        }
+        let (state, out) = plan(&p);
+        assert_eq!(whole_files(&p, files, &when), Side::Old, "{when}:\n{}", out.transcript());
+        assert_eq!(state, "run", "{when}: a change whose build failed is not replayed:\n{}", out.transcript());
+        consistent(&p, &when);
+        n += 1;
+    }
+}
+
+/// Killed while recovering: the next command recovers all the same.
+#[test]
+fn killed_while_recovering_the_next_command_recovers() {
+    let files = 6;
+    let mut n = 1;
+    loop {
+        let p = project(files, None);
+        assert_eq!(killed_at(&p, files, "flush-file", 4).ok(), Some(Side::Mixed));
+        let when = format!("recover-file:{n}");
+        let out = p.cassist(&["plan"]).env("CASSIST_FAILPOINT", &when).any_status().exec();
+        let killed = std::os::unix::process::ExitStatusExt::signal(&out.status) == Some(9);
+        as_killed(&p, files, &when);
+        let (state, out) = if killed { plan(&p) } else { (plan(&p).0, out) };
+        assert!(out.stderr.contains("rolled back"), "{when}:\n{}", out.transcript());
+        assert_eq!(whole_files(&p, files, &format!("{when}, recovered")), Side::Old);
+        assert_eq!(state, "replay", "{when}");
+        if !killed {
+            assert!(n > 1, "recover-file was never hit");
+            return;
+        }
+        n += 1;
+    }
+}
+
+/// SIGKILL from outside at moments spread over a 400-file integration,
+/// again and again: each file is whole, the next command leaves the whole
+/// change or none of it and no temp file, and the run after that
+/// integrates it without calling the agent again.
+#[test]
+fn killed_from_outside_during_a_400_file_integration() {
+    const FILES: usize = 400;
+    const KILLS: u64 = 5;
+    let p = project(FILES, None);
+    let first = p.path().join("src/000.txt");
+    let journal = p.path().join(".cassist/journal");
+    // How long an integration takes here, unkilled.
+    let window = {
+        let run = p.run(&[]).spawn();
+        let seen = wait_for_integration(&first, &journal, FILES);
+        run.finish();
+        seen.elapsed().max(Duration::from_millis(50))
+    };
+    let mut sides = Vec::new();
+    for k in 0..KILLS {
+        reset(&p, FILES);
+        let run = p.run(&[]).any_status().spawn();
+        let pid = run.pid();
+        let seen = wait_for_integration(&first, &journal, FILES);
+        // Spread over the window, from its start to past its end.
+        let at = window.mul_f64(k as f64 / (KILLS - 1) as f64 * 1.2);
+        std::thread::sleep(at.saturating_sub(seen.elapsed()));
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+        let out = run.finish();
+        let when = format!("kill {k} at {at:?} of {window:?}");
+        let left = as_killed(&p, FILES, &when);
+        sides.push(left);
+        let (state, plan_out) = plan(&p);
+        let recovered = whole_files(&p, FILES, &format!("{when}, after plan"));
+        assert_ne!(recovered, Side::Mixed, "{when}: half the change is left:\n{}", plan_out.transcript());
+        assert!(!journal.exists(), "{when}");
+        consistent(&p, &when);
+        let next = p.run(&[]).exec();
+        assert_eq!(whole_files(&p, FILES, &format!("{when}, next run")), Side::New, "{}", next.transcript());
+        assert_eq!(calls(&p), 1, "{when}: the agent ran again ({state}):\n{}\n{}", out.transcript(), next.transcript());
+        let (state, _) = plan(&p);
+        assert_eq!(state, "up-to-date", "{when}");
+    }
+    eprintln!("integration window {window:?}; left by the kills: {sides:?}");
+}
+
+/// Waits for the integration to start (the journal, or a first changed
+/// file); when it was seen.
+fn wait_for_integration(first: &Path, journal: &Path, files: usize) -> Instant {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let old = old(0);
+    loop {
+        if journal.exists() || std::fs::read_to_string(first).is_ok_and(|t| t != old) {
+            return Instant::now();
+        }
+        assert!(Instant::now() < deadline, "no integration of {files} files began within 2 minutes");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// The project as before the task ran: every file old, no lock, no store,
+/// no call.
+fn reset(p: &Project, files: usize) {
+    for i in 0..files {
+        std::fs::write(p.path().join(format!("src/{i:03}.txt")), old(i)).unwrap();
+    }
+    write(&p.path().join("old/gone.txt"), "gone\n");
+    let _ = std::fs::remove_dir_all(p.path().join("new"));
+    let _ = std::fs::remove_file(p.path().join("cassist.lock"));
+    let _ = std::fs::remove_dir_all(p.path().join(".cassist/store"));
+    let _ = std::fs::remove_file(p.out().join("count/calls"));
+}
