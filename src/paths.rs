@@ -5,7 +5,7 @@
 //! Paths are relative to the project root with `/` separators.
 
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use globset::{Glob, GlobBuilder};
 
@@ -60,6 +60,21 @@ pub fn is_reserved(rel: &str) -> bool {
 /// left out, symlinks not followed.
 pub fn project_walker(start: &Path, parents: bool) -> impl Iterator<Item = ignore::DirEntry> {
     walker(start, parents, true)
+}
+
+/// The files below `start` that the [`project_walker`] leaves out because
+/// git ignores them (`.git/` and `.cassist/` stay out): what a glob that
+/// matched nothing may have meant.
+pub fn ignored_files(start: &Path) -> impl Iterator<Item = ignore::DirEntry> {
+    let shown: std::collections::HashSet<PathBuf> = project_walker(start, true).map(|e| e.into_path()).collect();
+    ignore::WalkBuilder::new(start)
+        .standard_filters(false)
+        .hidden(false)
+        .follow_links(false)
+        .filter_entry(|e| !(e.file_type().is_some_and(|t| t.is_dir()) && is_reserved_name(e.file_name())))
+        .build()
+        .flatten()
+        .filter(move |e| !e.file_type().is_some_and(|t| t.is_dir()) && !shown.contains(e.path()))
 }
 
 /// What a workspace holds, to be judged rather than hashed: the

@@ -44,7 +44,9 @@ impl Project {
         } else {
             None
         };
-        let config = parse_config(&root, src.as_ref(), diags);
+        let mut config = parse_config(&root, src.as_ref(), diags);
+        // A config that exists but cannot be read defines what it defines.
+        config.unreadable |= config_path.is_file() && src.is_none();
         Project { root, config }
     }
 

@@ -99,6 +99,44 @@ pub fn duration_ms(ms: u64) -> String {
     duration(Duration::from_millis(ms))
 }
 
+/// `text` with every character that cannot be seen shown as an escape,
+/// for names and values quoted in diagnostics: what [`printable`]
+/// escapes, plus the zero-width and other invisible format characters
+/// (`zw\u{200b}sp` rather than a `zwsp` that looks valid), whitespace other
+/// than a plain space and a line feed (a no-break space, a tab), and the
+/// byte order mark. Visible non-ASCII text (`café`, `日本語`) is kept.
+pub fn shown(text: &str) -> Cow<'_, str> {
+    let hidden = |c: char| c != '\n' && (c.is_control() || is_bidi_control(c) || is_invisible(c));
+    if !text.chars().any(hidden) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if hidden(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Characters that show nothing, or only blank space that is not a plain
+/// space: Unicode's default-ignorable code points (zero-width spaces and
+/// joiners, the soft hyphen, word joiners, variation selectors, tags, the
+/// byte order mark, Hangul fillers) and the spaces other than U+0020.
+pub fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{ad}' | '\u{34f}' | '\u{61c}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}'
+        | '\u{180b}'..='\u{180f}' | '\u{200b}'..='\u{200f}' | '\u{2060}'..='\u{206f}' | '\u{3164}'
+        | '\u{fe00}'..='\u{fe0f}' | '\u{feff}' | '\u{ffa0}' | '\u{fff0}'..='\u{fffb}'
+        | '\u{1bca0}'..='\u{1bca3}' | '\u{1d173}'..='\u{1d17a}' | '\u{e0000}'..='\u{e0fff}')
+        || (c.is_whitespace() && c != ' ')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,5 +189,14 @@ mod tests {
         assert_eq!(truncate_chars("abc", 3), "abc");
         assert_eq!(truncate_chars("abcdef", 4), "abc…");
         assert_eq!(truncate_chars("ééééé", 2), "é…");
+    }
+
+    #[test]
+    fn invisible_characters_are_shown_as_escapes() {
+        assert!(matches!(shown("café, 日本語 and a space"), Cow::Borrowed(_)));
+        assert_eq!(shown("zw\u{200b}sp"), "zw\\u{200b}sp");
+        assert_eq!(shown("a\u{a0}b\tc\u{feff}\u{2060}\u{ad}"), "a\\u{a0}b\\tc\\u{feff}\\u{2060}\\u{ad}");
+        assert_eq!(shown("\u{1b}[2J\u{202e}"), "\\u{1b}[2J\\u{202e}");
+        assert_eq!(shown("two\nlines"), "two\nlines");
     }
 }

@@ -86,6 +86,27 @@ impl Resolver {
         Ok(out)
     }
 
+    /// A file git ignores that the glob `pattern` matches, for a glob
+    /// that matched nothing else: the user meant a file that globs leave
+    /// out, not a typo. `None` for a literal path (those name ignored
+    /// files too).
+    pub fn ignored_match(&self, pattern: &str) -> Option<String> {
+        let pattern = normalize(pattern);
+        if is_literal(&pattern) {
+            return None;
+        }
+        let glob = build_glob(&pattern).ok()?.compile_matcher();
+        let prefix = literal_prefix(&pattern);
+        let start = if prefix.is_empty() { self.root.clone() } else { self.root.join(&prefix) };
+        if !start.is_dir() {
+            return None;
+        }
+        crate::paths::ignored_files(&start).take(100_000).find_map(|e| {
+            let rel = e.path().strip_prefix(&self.root).ok()?.to_str()?.to_owned();
+            glob.is_match(&rel).then_some(rel)
+        })
+    }
+
     /// The existing file closest to a pattern that matched nothing, for a
     /// "did you mean".
     pub fn nearest(&mut self, pattern: &str) -> Option<String> {

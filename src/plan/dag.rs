@@ -53,9 +53,8 @@ pub fn order(tasks: &[Task], partial: bool, diags: &mut Diagnostics) -> Option<V
             }
         }
     }
-    if !ok {
-        return None;
-    }
+    // Cycles among the known dependencies are found (and reported) even
+    // when some names are unknown: every error at once.
     // Kahn's algorithm; the ready set is ordered by name.
     let mut indegree: Vec<usize> = deps.iter().map(BTreeSet::len).collect();
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); tasks.len()];
@@ -77,7 +76,7 @@ pub fn order(tasks: &[Task], partial: bool, diags: &mut Diagnostics) -> Option<V
         }
     }
     if out.len() == tasks.len() {
-        return Some(out);
+        return ok.then_some(out);
     }
     report_cycles(tasks, &deps, &indegree, diags);
     None

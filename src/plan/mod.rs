@@ -222,7 +222,7 @@ pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic
     // Agents, sandbox and trust.
     let agent_override = opts.agent.clone().or_else(|| std::env::var("CASSIST_AGENT").ok().filter(|s| !s.is_empty()));
     if let Some(a) = &agent_override
-        && !project.config.knows_agent(a)
+        && !project.config.may_know_agent(a)
     {
         let from = if opts.agent.is_some() { "--agent" } else { "CASSIST_AGENT" };
         diags.push(
@@ -236,7 +236,7 @@ pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic
     let mut untrusted_asks = false;
     for t in &tasks {
         if let Some(a) = &t.agent
-            && !project.config.knows_agent(&a.value)
+            && !project.config.may_know_agent(&a.value)
         {
             diags.push(
                 SpecDiagnostic::error("unknown-agent", format!("unknown agent `{}`", a.value))
@@ -445,6 +445,19 @@ fn resolve_all(
     for p in patterns {
         match resolver.resolve(&p.value) {
             Ok(files) if files.is_empty() && must_match => {
+                if let Some(ignored) = resolver.ignored_match(&p.value) {
+                    diags.push(
+                        SpecDiagnostic::error(
+                            "only-ignored",
+                            format!("`{}` matches only files ignored by .gitignore, such as `{ignored}`", p.value),
+                        )
+                        .at(&t.source, p.span, "only ignored files")
+                        .help(format!(
+                            "globs leave out the files git ignores; name the file itself (`file \"{ignored}\"`) to include it, or stop ignoring it in .gitignore"
+                        )),
+                    );
+                    continue;
+                }
                 let help = match resolver.nearest(&p.value) {
                     Some(near) => format!("did you mean `{near}`? (paths are relative to the project root)"),
                     None => "paths are relative to the project root; a context entry must match a file, so that a typo cannot silently change what the agent sees".to_owned(),

@@ -86,12 +86,22 @@ pub struct ProjectConfig {
     pub prompt_template: Option<Spanned<String>>,
     pub instructions: Option<Spanned<String>>,
     pub agents: BTreeMap<String, CustomAgent>,
+    /// `cassist.kdl` exists but is not valid KDL: what it defines (custom
+    /// agents) is unknown, not absent.
+    pub unreadable: bool,
 }
 
 impl ProjectConfig {
     /// Whether `name` is a built-in or custom agent.
     pub fn knows_agent(&self, name: &str) -> bool {
         BUILTIN_AGENTS.contains(&name) || self.agents.contains_key(name)
+    }
+
+    /// Whether `name` may be an agent: a known one, or any name while
+    /// `cassist.kdl` cannot be read (it may define it; its syntax error is
+    /// the one to report, not an "unknown agent" for every task using it).
+    pub fn may_know_agent(&self, name: &str) -> bool {
+        self.unreadable || self.knows_agent(name)
     }
 
     /// Every agent name, built-in first.
@@ -125,10 +135,11 @@ impl ProjectConfig {
 /// `root`.
 pub fn parse_config(root: &Path, src: Option<&Arc<SourceFile>>, diags: &mut Diagnostics) -> ProjectConfig {
     let mut config = ProjectConfig { source: src.cloned(), ..ProjectConfig::default() };
-    if let Some(src) = src
-        && let Some(doc) = parse_source(src, diags)
-    {
-        read_config(&mut Reader::new(src, diags), &doc, &mut config, root);
+    if let Some(src) = src {
+        match parse_source(src, diags) {
+            Some(doc) => read_config(&mut Reader::new(src, diags), &doc, &mut config, root),
+            None => config.unreadable = true,
+        }
     }
     if config.trust.is_none() {
         config.trust = read_agents_toml(root, diags);

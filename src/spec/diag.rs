@@ -9,6 +9,14 @@ use std::sync::Arc;
 
 use miette::{Diagnostic, LabeledSpan, NamedSource, Severity, SourceSpan};
 
+/// `s` with its invisible characters escaped (see [`SpecDiagnostic`]).
+pub fn shown(s: String) -> String {
+    match crate::text::shown(&s) {
+        std::borrow::Cow::Borrowed(_) => s,
+        std::borrow::Cow::Owned(o) => o,
+    }
+}
+
 /// A file read from disk, kept whole so diagnostics can point into it.
 #[derive(Debug)]
 pub struct SourceFile {
@@ -51,7 +59,10 @@ impl<T> Spanned<T> {
     }
 }
 
-/// One problem in user input.
+/// One problem in user input. Its message, labels and help show every
+/// invisible character as an escape ([`crate::text::shown`]): a name that
+/// holds a zero-width space must not look valid in the message that
+/// rejects it.
 #[derive(Debug, Clone)]
 pub struct SpecDiagnostic {
     pub code: &'static str,
@@ -69,7 +80,7 @@ impl SpecDiagnostic {
     pub fn error(code: &'static str, message: impl Into<String>) -> Self {
         SpecDiagnostic {
             code,
-            message: message.into(),
+            message: shown(message.into()),
             severity: Severity::Error,
             source: None,
             labels: Vec::new(),
@@ -88,18 +99,18 @@ impl SpecDiagnostic {
             self.named = Some(Box::new(NamedSource::new(source.name.clone(), Arc::clone(&source.text))));
             self.source = Some(Arc::clone(source));
         }
-        self.labels.push((span, label.into()));
+        self.labels.push((span, shown(label.into())));
         self
     }
 
     /// A second label in the same file.
     pub fn also(mut self, span: SourceSpan, label: impl Into<String>) -> Self {
-        self.labels.push((span, label.into()));
+        self.labels.push((span, shown(label.into())));
         self
     }
 
     pub fn help(mut self, help: impl Into<String>) -> Self {
-        self.help = Some(help.into());
+        self.help = Some(shown(help.into()));
         self
     }
 
@@ -241,12 +252,97 @@ pub fn parse_source(src: &Arc<SourceFile>, diags: &mut Diagnostics) -> Option<kd
         return None;
     }
     match parse_kdl(&src.text) {
-        Ok(doc) => Some(doc),
+        Ok(mut doc) => {
+            straighten_quotes(src, doc.nodes_mut(), diags);
+            Some(doc)
+        }
         Err(err) => {
             for d in from_kdl_error(src, &err) {
                 diags.push(d);
             }
             None
+        }
+    }
+}
+
+/// Opening and closing typographic quotes, as word processors and chat
+/// tools type them.
+const OPENING_QUOTES: &[char] = &['“', '„', '‘', '‚', '«', '‹', '「', '”', '’', '»'];
+const CLOSING_QUOTES: &[char] = &['”', '“', '’', '‘', '»', '«', '›', '」'];
+
+/// Reports values written in typographic quotes (`goal “fix the bug”`):
+/// KDL reads them as bare words, quotes included, one value per word. Each
+/// such value becomes one diagnostic pointing at it, with the line to
+/// write instead, and is replaced by the string meant, so that no second
+/// error ("takes one value, found 3") follows from it.
+fn straighten_quotes(src: &Arc<SourceFile>, nodes: &mut [kdl::KdlNode], diags: &mut Diagnostics) {
+    let text = src.text.as_str();
+    let written = |e: &kdl::KdlEntry| -> Option<String> {
+        let kdl::KdlValue::String(s) = e.value() else { return None };
+        let span = e.span();
+        // A bare word: no quote of KDL's own in its source.
+        let raw = text.get(span.offset()..span.offset() + span.len())?;
+        (!raw.contains('"')).then(|| s.clone())
+    };
+    for node in nodes {
+        let name = node.name().value().to_owned();
+        let entries = node.entries_mut();
+        let mut i = 0;
+        while i < entries.len() {
+            let Some(first) = written(&entries[i]).filter(|s| s.starts_with(OPENING_QUOTES)) else {
+                i += 1;
+                continue;
+            };
+            let property = entries[i].name().map(|n| n.value().to_owned());
+            // The last word of the value: the first that ends with a
+            // closing quote (a property value is one word).
+            let closes = |s: &str, own: bool| s.ends_with(CLOSING_QUOTES) && (!own || s.chars().count() > 1);
+            let mut last = i;
+            if property.is_none() && !closes(&first, true) {
+                let mut j = i + 1;
+                while j < entries.len() && entries[j].name().is_none() {
+                    last = j;
+                    if written(&entries[j]).is_some_and(|s| closes(&s, false)) {
+                        break;
+                    }
+                    j += 1;
+                }
+            }
+            let start = if property.is_some() {
+                entries[i].span().offset() + entries[i].span().len() - first.len()
+            } else {
+                entries[i].span().offset()
+            };
+            let end = entries[last].span().offset() + entries[last].span().len();
+            let quoted = &text[start..end];
+            let open = quoted.chars().next().map_or(0, char::len_utf8);
+            let close = quoted.chars().last().filter(|c| CLOSING_QUOTES.contains(c) && quoted.len() > open);
+            let inner = &quoted[open..quoted.len() - close.map_or(0, |c| c.len_utf8())];
+            let fixed = format!("\"{}\"", inner.replace('\\', "\\\\").replace('"', "\\\""));
+            let what = property.as_deref().unwrap_or(&name);
+            let line = match &property {
+                Some(key) => format!("{key}={fixed}"),
+                None => format!("{name} {fixed}"),
+            };
+            let words = if last > i { "this value" } else { "this word" };
+            diags.push(
+                SpecDiagnostic::error(
+                    "typographic-quotes",
+                    format!("`{what}` has a value in typographic quotes: {quoted}"),
+                )
+                .at(src, SourceSpan::from(start..end), format!("{words} is in typographic quotes"))
+                .help(format!("KDL strings take straight double quotes: write `{line}`")),
+            );
+            let mut value = kdl::KdlEntry::new(inner.to_owned());
+            if let Some(key) = &property {
+                value = kdl::KdlEntry::new_prop(key.as_str(), inner.to_owned());
+            }
+            value.set_span(SourceSpan::from(start..end));
+            entries.splice(i..=last, [value]);
+            i += 1;
+        }
+        if let Some(children) = node.children_mut() {
+            straighten_quotes(src, children.nodes_mut(), diags);
         }
     }
 }

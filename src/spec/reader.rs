@@ -190,7 +190,13 @@ impl<'a> Reader<'a> {
                         "bad-duration",
                         format!("invalid duration `{s}` for `{node_name}`: {why}"),
                         entry.span(),
-                        if why.contains("zero") { "must be longer than zero" } else { "not a duration" },
+                        if why.starts_with("fractions") {
+                            "not a whole number"
+                        } else if why.contains("zero") {
+                            "must be longer than zero"
+                        } else {
+                            "not a duration"
+                        },
                     )
                     .set_help("write a duration like \"90s\", \"3m\" or \"1h30m\" (units: h, m, s, ms)");
                     None
@@ -342,11 +348,11 @@ pub trait DiagExt {
 
 impl DiagExt for SpecDiagnostic {
     fn set_help(&mut self, help: impl Into<String>) -> &mut Self {
-        self.help = Some(help.into());
+        self.help = Some(super::diag::shown(help.into()));
         self
     }
     fn add_label(&mut self, span: SourceSpan, label: impl Into<String>) -> &mut Self {
-        self.labels.push((span, label.into()));
+        self.labels.push((span, super::diag::shown(label.into())));
         self
     }
 }

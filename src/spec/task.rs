@@ -70,6 +70,37 @@ pub fn valid_task_name(name: &str) -> bool {
         && name.len() <= 100
 }
 
+/// Where a task name that is not [`valid_task_name`] goes wrong, as a span
+/// in the source and a label: the first character not allowed, pointed
+/// at where it is written (`é` is not ASCII; an invisible character named
+/// by its code point), else the whole name.
+fn name_problem(text: &str, entry: SourceSpan, name: &str) -> (SourceSpan, String) {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    let bad = name.chars().find(|&c| !allowed(c));
+    let Some(c) = bad else {
+        return if name.is_empty() {
+            (entry, "empty name".to_owned())
+        } else if name.len() > 100 {
+            (entry, format!("{} characters, more than 100", name.chars().count()))
+        } else {
+            (entry, "must start with a letter or digit".to_owned())
+        };
+    };
+    let label = if crate::text::is_invisible(c) || c.is_control() {
+        format!("invisible character U+{:04X}", c as u32)
+    } else if c == ' ' {
+        "a space is not allowed".to_owned()
+    } else if !c.is_ascii() {
+        format!("`{c}` is not ASCII")
+    } else {
+        format!("`{c}` is not allowed")
+    };
+    // The character as written in the source (it may be escaped there).
+    let written = text.get(entry.offset()..entry.offset() + entry.len()).and_then(|src| src.find(c));
+    let span = written.map_or(entry, |at| SourceSpan::from(entry.offset() + at..entry.offset() + at + c.len_utf8()));
+    (span, label)
+}
+
 /// Parses one task file. Tasks with errors are still returned when their
 /// name could be read, so that later checks (dependencies) do not report
 /// them as missing; the caller must not run anything when `diags` has errors.
@@ -126,8 +157,9 @@ fn parse_task(r: &mut Reader<'_>, node: &KdlNode) -> Option<Task> {
         }
     };
     if !valid_task_name(&name) {
-        r.error("bad-task-name", format!("invalid task name `{name}`"), name_entry.span(), "invalid name").set_help(
-            "task names start with a letter or digit and use only letters, digits, `.`, `_` and `-` (at most 100)",
+        let (span, label) = name_problem(&r.src.text, name_entry.span(), &name);
+        r.error("bad-task-name", format!("invalid task name `{name}`"), span, label).set_help(
+            "task names use only ASCII letters and digits, `.`, `_` and `-`, start with a letter or digit, and are at most 100 characters long",
         );
     }
 

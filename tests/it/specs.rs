@@ -43,3 +43,86 @@ fn valid_specs_plan_and_prompt() {
         }
     }
 }
+
+/// The edge cases of issue 14 (item 10), each pinned by what the message
+/// must say (the corpus snapshots show where each label points).
+#[test]
+fn diagnostic_edge_cases_name_the_real_problem() {
+    let check = |case: &str, has: &[&str], lacks: &[&str]| {
+        let p = Test::new().fixture(&format!("specs/invalid/{case}")).build();
+        let mut cmd = p.cassist(&["check"]);
+        cmd.label(case).status(2);
+        for h in has {
+            cmd.stderr_has(h);
+        }
+        for l in lacks {
+            cmd.stderr_lacks(l);
+        }
+        cmd.exec()
+    };
+    // `é` is a letter, but not an ASCII one: the help says ASCII and the
+    // label points at it.
+    check("62-task-name-not-ascii", &["`é` is not ASCII", "only ASCII letters and digits"], &[]);
+    // An invisible character is shown as an escape, and named.
+    check(
+        "63-task-name-invisible-char",
+        &["invalid task name `zw\\u{200b}sp`", "invisible character U+200B"],
+        &["`zw\u{200b}sp`"],
+    );
+    // Typographic quotes: one diagnostic per value, with the line to write,
+    // and no "takes one value, found 4" on top.
+    let out = check(
+        "64-typographic-quotes",
+        &[
+            "`goal` has a value in typographic quotes: “fix”",
+            "write `goal \"fix\"`",
+            "`goal` has a value in typographic quotes: “fix the bug in slugify”",
+            "write `goal \"fix the bug in slugify\"`",
+            "write `timeout=\"1m\"`",
+            "3 errors in",
+        ],
+        &["takes one value", "invalid duration"],
+    );
+    assert_eq!(out.stderr.matches("cassist::typographic-quotes").count(), 3, "{}", out.stderr);
+    // A fraction says so, and how to write the duration.
+    check(
+        "65-duration-fraction",
+        &["fractions are not supported: write \"1m30s\" or \"90s\"", "fractions are not supported: write \"500ms\""],
+        &["has no unit"],
+    );
+    // A cycle is reported together with the other errors.
+    check(
+        "66-dependency-cycle-and-unknown-dependency",
+        &["dependency cycle: add-slug-tests -> add-slugify -> add-slug-tests", "unknown task `no-such-task`"],
+        &[],
+    );
+    // A syntax error in cassist.kdl: that one error, no "unknown agent"
+    // for the tasks using the agent it defines.
+    check("67-config-syntax-error-custom-agent", &["invalid KDL", "1 error in cassist.kdl"], &["unknown agent"]);
+
+    // A glob that matches only ignored files says so, not "typo".
+    let p = Test::new()
+        .config("trust \"workspace-write\"\n")
+        .file(".gitignore", "*.log\nbuild/\n")
+        .file("run.log", "log\n")
+        .file("build/out/report.txt", "out\n")
+        .file("src/a.py", "x = 1\n")
+        .tasks(
+            "task \"logs\" {\n    goal \"Read the logs.\"\n    context {\n        file \"*.log\"\n        file \"**/*.txt\"\n    }\n}\n",
+        )
+        .git()
+        .build();
+    p.cassist(&["check"])
+        .status(2)
+        .stderr_has("`*.log` matches only files ignored by .gitignore, such as `run.log`")
+        .stderr_has("`**/*.txt` matches only files ignored by .gitignore, such as `build/out/report.txt`")
+        .stderr_has("name the file itself (`file \"run.log\"`)")
+        .stderr_lacks("matches no file")
+        .exec();
+    // A literal path names an ignored file, as the help says.
+    p.file(
+        "tasks/t.kdl",
+        "task \"logs\" {\n    goal \"Read the logs.\"\n    context {\n        file \"run.log\"\n    }\n}\n",
+    );
+    p.cassist(&["check"]).exec();
+}
