@@ -28,29 +28,76 @@
 //! - The edge: [`cli`] (arguments), [`report`] (every output), [`cmd`] (one
 //!   file per subcommand).
 
-/// `println!` to stdout that ends the process quietly when the reader has
-/// gone away (`cassist plan --json | head`), instead of panicking.
+/// `println!` that never panics and never stops cassist: a reader that
+/// went away (`cassist plan --json | head`) loses the rest of the output,
+/// and the command still does its work and exits with its own code
+/// ([`write_stdout`]). The one way cassist writes its standard output.
 #[macro_export]
 macro_rules! outln {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let mut out = std::io::stdout().lock();
-        if let Err(e) = writeln!(out, $($arg)*).and_then(|_| out.flush()) {
-            $crate::report::stdout_failed(e);
-        }
-    }};
+    () => {
+        $crate::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
 }
 
 /// `print!` counterpart of [`outln!`].
 #[macro_export]
 macro_rules! out {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let mut out = std::io::stdout().lock();
-        if let Err(e) = write!(out, $($arg)*).and_then(|_| out.flush()) {
-            $crate::report::stdout_failed(e);
-        }
-    }};
+    ($($arg:tt)*) => {
+        $crate::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// `eprintln!` that never panics and never stops cassist
+/// ([`write_stderr`]): `cassist run 2>&1 | head -1` runs to its end. The
+/// one way cassist writes its standard error.
+#[macro_export]
+macro_rules! errln {
+    () => {
+        $crate::write_stderr(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::write_stderr(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `eprint!` counterpart of [`errln!`].
+#[macro_export]
+macro_rules! err {
+    ($($arg:tt)*) => {
+        $crate::write_stderr(format_args!($($arg)*))
+    };
+}
+
+/// A failure to write stdout other than a closed pipe (a full disk, say).
+static STDOUT_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Writes to stdout, flushed ([`outln!`], [`out!`]). A closed pipe drops
+/// what is written, silently: the reader has all it wanted, and cassist
+/// goes on (a run has agents to stop, workspaces to remove, a tree to
+/// leave whole and its exit code to give). Any other failure is said once
+/// on stderr, and the command then exits 1 even if it succeeded
+/// ([`main_entry`]): its output is lost.
+#[doc(hidden)]
+pub fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush())
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+        && !STDOUT_FAILED.swap(true, std::sync::atomic::Ordering::SeqCst)
+    {
+        errln!("error: cannot write to standard output: {e}");
+    }
+}
+
+/// Writes to stderr ([`errln!`], [`err!`]); a failure (a closed pipe)
+/// drops what is written, silently, and cassist goes on.
+#[doc(hidden)]
+pub fn write_stderr(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().lock().write_fmt(args);
 }
 
 pub mod accept;
@@ -148,6 +195,7 @@ pub fn main_entry() -> i32 {
         Err(e) => (report::Output::new(cli::ColorChoice::Auto, false, 0), Err(e.into())),
     };
     match result {
+        Ok(()) if STDOUT_FAILED.load(std::sync::atomic::Ordering::SeqCst) => exit::TASK_FAILED,
         Ok(()) => exit::SUCCESS,
         Err(e) => {
             e.print(&out);

@@ -2184,6 +2184,8 @@ mod tests {
     /// `cargo test --lib process::tests::one_gigabyte -- --ignored --nocapture`
     #[test]
     #[ignore]
+    // Its figures go to the test harness's output.
+    #[allow(clippy::disallowed_macros)]
     fn one_gigabyte_of_output_in_constant_memory() {
         fn hwm_kib() -> u64 {
             let status = std::fs::read_to_string("/proc/self/status").unwrap();

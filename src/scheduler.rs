@@ -473,7 +473,7 @@ impl Schedule<'_> {
         match crate::cache::finish_record(&self.runner.plan.store, t, r) {
             Ok(patch) => Some(patch),
             Err(e) => {
-                eprintln!("warning: could not complete the record of `{}` in the cache: {e}", t.task.name);
+                crate::errln!("warning: could not complete the record of `{}` in the cache: {e}", t.task.name);
                 self.lock.tasks.get(&t.task.name).map(|l| l.patch.clone())
             }
         }
@@ -482,7 +482,7 @@ impl Schedule<'_> {
 
 /// A warning on stderr (between progress lines).
 fn warn(message: &str) {
-    eprintln!("warning: {message}");
+    crate::errln!("warning: {message}");
 }
 
 /// A task whose inputs equal its recorded after-state: nothing to do; its

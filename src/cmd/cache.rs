@@ -54,7 +54,7 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
             let lock = crate::lock::Lock::load(&root).map_err(|e| Error::Input(e.0))?;
             let referenced: HashSet<String> = lock.tasks.values().map(|l| l.before.clone()).collect();
             let _guard = crate::store::ProjectLock::acquire(&root, || {
-                eprintln!("waiting for a cassist run on this project to finish...")
+                crate::errln!("waiting for a cassist run on this project to finish...")
             });
             let (removed, freed) =
                 store.gc(&referenced, *keep).map_err(|e| Error::Internal(format!("cannot collect the store: {e}")))?;
@@ -73,7 +73,7 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
         }
         CacheCommand::Clean => {
             let _guard = crate::store::ProjectLock::acquire(&root, || {
-                eprintln!("waiting for a cassist run on this project to finish...")
+                crate::errln!("waiting for a cassist run on this project to finish...")
             });
             store.clean().map_err(|e| Error::Internal(format!("cannot remove {}: {e}", store.dir().display())))?;
             crate::outln!("removed {}", store.dir().display());

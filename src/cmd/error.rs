@@ -57,9 +57,9 @@ impl Error {
                 let _ = e.print();
             }
             Error::Invalid(diags) => out.print_diagnostics(diags),
-            Error::Input(m) | Error::Internal(m) => eprintln!("error: {m}"),
-            Error::Helper(m) => eprintln!("cassist: {m}"),
-            Error::Locked(_) | Error::Interrupted => eprintln!("{self}"),
+            Error::Input(m) | Error::Internal(m) => crate::errln!("error: {m}"),
+            Error::Helper(m) => crate::errln!("cassist: {m}"),
+            Error::Locked(_) | Error::Interrupted => crate::errln!("{self}"),
             Error::TaskFailed => {}
         }
     }

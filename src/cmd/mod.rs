@@ -86,7 +86,7 @@ fn recover(root: &Path, held: bool) {
         },
     };
     if let Some(done) = crate::journal::recover(root) {
-        eprintln!("note: {done}");
+        crate::errln!("note: {done}");
     }
 }
 

@@ -24,7 +24,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     // the first recorded (and runs nothing twice).
     let root = loaded.project.root.clone();
     let _project_lock = crate::store::ProjectLock::acquire(&root, || {
-        eprintln!("waiting for another cassist run on this project to finish...")
+        crate::errln!("waiting for another cassist run on this project to finish...")
     })
     .map_err(|e| Error::Internal(format!("cannot lock {}: {e}", crate::fsx::state_dir(&root).display())))?;
     // A run killed while this one waited for the lock may have left an
@@ -39,9 +39,6 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
         None => (selected, HashMap::new()),
     };
 
-    // A reader that goes away (`cassist run | head`) must not end the run
-    // halfway through an integration.
-    crate::report::outlive_stdout();
     let cancel = Cancel::default();
     let interrupts = install_ctrl_c(cancel.clone());
 
@@ -52,7 +49,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
         // This run keeps its own: the ones earlier runs kept go.
         let (removed, _) = crate::workspace::remove_kept(&workspaces, &plan.project.root);
         if removed > 0 {
-            eprintln!("note: removed {removed} workspace(s) kept by an earlier run of this project");
+            crate::errln!("note: removed {removed} workspace(s) kept by an earlier run of this project");
         }
     }
     let (mode, why) = detect_mode(&exe, &plan.project.root, &workspaces);
@@ -61,7 +58,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
             Some(why) => format!("copy-on-write workspaces are unavailable here ({why})"),
             None => "CASSIST_WORKSPACE=copy".to_owned(),
         };
-        eprintln!(
+        crate::errln!(
             "note: {because}; each task works on a copy of the project instead, and its commands go without what namespaces give: a private /tmp, /var/tmp and /dev, a PID namespace of their own (they see every process of the machine), a read-only .git, ptys, and a copy-on-write view of the agents' state folders (what an agent writes in ~/.claude, ~/.codex, ~/.gemini, ~/.factory or ~/.cache stays there)"
         );
     }
@@ -80,7 +77,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
         } else {
             ""
         };
-        eprintln!(
+        crate::errln!(
             "note: this kernel has no Landlock: sandbox levels rely on the agents' own flags and on the review of each change{copy}"
         );
     }
@@ -138,7 +135,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
             }
         }
         if let Err(e) = crate::lock::Lock::update(&plan.project.root, &changed) {
-            eprintln!("warning: could not write cassist.lock: {e}");
+            crate::errln!("warning: could not write cassist.lock: {e}");
         }
     }
     plan.save_caches();
@@ -238,7 +235,7 @@ fn shared_state() -> Vec<PathBuf> {
 /// Writes a report file; a failure is said, and the run goes on.
 fn write_report(path: &Path, bytes: &[u8]) {
     if let Err(e) = crate::fsx::write_atomic(path, bytes) {
-        eprintln!("error: cannot write {}: {e}", path.display());
+        crate::errln!("error: cannot write {}: {e}", path.display());
     }
 }
 

@@ -328,7 +328,7 @@ pub fn timing(phase: &str) {
     if let Ok(mut last) = LAST.lock() {
         let now = Instant::now();
         if let Some(prev) = *last {
-            eprintln!("timing: {phase:<12} {:>8.1} ms", (now - prev).as_secs_f64() * 1000.0);
+            crate::errln!("timing: {phase:<12} {:>8.1} ms", (now - prev).as_secs_f64() * 1000.0);
         }
         *last = Some(now);
     }

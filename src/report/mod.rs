@@ -18,35 +18,6 @@ use owo_colors::OwoColorize;
 use crate::cli::ColorChoice;
 use crate::spec::SpecDiagnostic;
 
-static OUTLIVE_STDOUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-static STDOUT_REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// From now on a closed or failing stdout does not end the process: `run`
-/// has agents to stop, workspaces to remove and a tree to leave whole, and
-/// its exit code to give; what it prints is then lost, nothing else.
-pub fn outlive_stdout() {
-    OUTLIVE_STDOUT.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// Called when writing to stdout fails: a closed pipe ends the process
-/// quietly (the reader has all it wanted); anything else is reported.
-/// After [`outlive_stdout`], the process goes on.
-pub fn stdout_failed(e: std::io::Error) {
-    use std::sync::atomic::Ordering;
-    let broken = e.kind() == std::io::ErrorKind::BrokenPipe;
-    if OUTLIVE_STDOUT.load(Ordering::SeqCst) {
-        if !broken && !STDOUT_REPORTED.swap(true, Ordering::SeqCst) {
-            eprintln!("error: cannot write to standard output: {e}");
-        }
-        return;
-    }
-    if broken {
-        std::process::exit(crate::exit::SUCCESS);
-    }
-    eprintln!("error: cannot write to standard output: {e}");
-    std::process::exit(crate::exit::TASK_FAILED);
-}
-
 /// Output settings from the global flags.
 #[derive(Debug, Clone, Copy)]
 pub struct Output {
@@ -115,7 +86,7 @@ impl Output {
                 text.push_str(&format!("error: {line}\n"));
             }
         }
-        eprint!("{text}");
+        crate::err!("{text}");
     }
 
     pub fn dim(&self, s: &str) -> String {

@@ -215,7 +215,7 @@ impl Screen {
         let text = printable(&format!("{phase}{attempt_text}{detail_text}")).into_owned();
         match self.style {
             Style::Quiet => {}
-            Style::Lines => eprintln!("{} {task}: {text}", self.counter()),
+            Style::Lines => crate::errln!("{} {task}: {text}", self.counter()),
             Style::Bars => {
                 let multi = self.multi.clone();
                 let template = if self.out.color_err {
@@ -261,7 +261,7 @@ impl Screen {
             (Style::Bars, Some(m)) => {
                 let _ = m.println(format!("{task}: {message}"));
             }
-            _ => eprintln!("{} {task}: {message}", self.counter()),
+            _ => crate::errln!("{} {task}: {message}", self.counter()),
         }
     }
 

@@ -65,8 +65,8 @@ pub fn exec_command(spec: &ExecSpec, argv: &[CString]) -> ! {
     let err = nix::unistd::execvp(&argv[0], argv).err();
     let name = spec.argv[0].to_string_lossy();
     match err {
-        Some(nix::errno::Errno::ENOENT) => eprintln!("cassist: cannot run `{name}`: command not found"),
-        Some(e) => eprintln!("cassist: cannot run `{name}`: {e}"),
+        Some(nix::errno::Errno::ENOENT) => crate::errln!("cassist: cannot run `{name}`: command not found"),
+        Some(e) => crate::errln!("cassist: cannot run `{name}`: {e}"),
         None => {}
     }
     std::process::exit(NOT_FOUND);

@@ -322,7 +322,7 @@ pub fn userns_available() -> bool {
 /// Prints why the sandbox could not be set up and exits with
 /// [`SETUP_FAILED`].
 fn fail(what: impl std::fmt::Display) -> ! {
-    eprintln!("cassist: {what}");
+    crate::errln!("cassist: {what}");
     std::process::exit(SETUP_FAILED)
 }
 
@@ -660,7 +660,7 @@ pub fn probe(dir: &Path, lower: Option<&Path>) -> ! {
         ..ExecSpec::default()
     };
     if let Err(e) = mounts::enter_namespaces() {
-        eprintln!("{e}");
+        crate::errln!("{e}");
         std::process::exit(1);
     }
     // SAFETY: single-threaded.
@@ -668,7 +668,7 @@ pub fn probe(dir: &Path, lower: Option<&Path>) -> ! {
         Ok(ForkResult::Child) => match mounts::prepare(&spec) {
             Ok(()) => std::process::exit(0),
             Err(e) => {
-                eprintln!("{e}");
+                crate::errln!("{e}");
                 std::process::exit(1)
             }
         },

@@ -7,7 +7,6 @@
 
 use std::collections::BTreeSet;
 use std::io::BufRead;
-use std::process::Stdio;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -464,19 +463,18 @@ fn a_reader_that_goes_away_does_not_end_the_run() {
     // b-fails ends only once the reader is gone: its line and everything
     // after meet a closed pipe.
     let closed = b.p.out().join("closed");
-    let mut child = b
+    let (reader, writer) = std::io::pipe().unwrap();
+    let mut cmd = b
         .run(&["-j", "1", "--keep-going"])
         .envs(&[("TIMED_SLEEP", "0"), ("TIMED_FAIL", "b-fails")])
         .env("TIMED_AWAIT", format!("b-fails=file:{}", closed.display()))
-        .command()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // `cassist run | head -1`: one line, then the pipe is closed.
+        .command();
+    let mut child = cmd.stdout(writer.try_clone().unwrap()).stderr(writer).spawn().unwrap();
+    drop(cmd);
+    // `cassist run 2>&1 | head -1`: one line, then the pipe is closed.
     let mut first = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
-    assert!(first.starts_with("a passed"), "{first}");
+    std::io::BufReader::new(reader).read_line(&mut first).unwrap();
+    assert!(first.starts_with("[0/4] a: "), "{first}");
     std::fs::write(&closed, "").unwrap();
     let status = wait_with_limit(&mut child, Duration::from_secs(60));
     assert_eq!(status.code(), Some(1), "the run's own exit code, not a quiet 0");
@@ -487,4 +485,50 @@ fn a_reader_that_goes_away_does_not_end_the_run() {
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(b.p.report_path()).unwrap()).unwrap();
     assert_eq!(report["passed"], 3);
     assert_eq!(task_names(&report), ["a", "b-fails", "c", "d"]);
+}
+
+/// Tasks a, b and c (which depends on b) run once; then a's output is
+/// deleted (a replays) and b's goal changes: b, and c through it, would
+/// need an agent.
+fn refused_by_locked() -> Batch {
+    let b = Batch::new(&[T("a", &[]), T("b", &[]), T("c", &["b"])]);
+    b.run(&[]).env("TIMED_SLEEP", "0").exec();
+    std::fs::remove_file(b.p.path().join("out/a.txt")).unwrap();
+    b.p.edit("tasks/t.kdl", "Write out/b.txt.", "Write out/b.txt, again.");
+    b
+}
+
+#[test]
+fn a_locked_run_into_a_closed_pipe_does_its_work_and_exits_3() {
+    // `cassist run --locked 2>&1 | head -1`: the reader goes away after
+    // the first line, or before cassist writes anything.
+    for read_first_line in [true, false] {
+        let b = refused_by_locked();
+        let (reader, writer) = std::io::pipe().unwrap();
+        let mut cmd = b.run(&["--locked"]).command();
+        cmd.stdout(writer.try_clone().unwrap()).stderr(writer);
+        if !read_first_line {
+            drop(reader);
+            let mut child = cmd.spawn().unwrap();
+            drop(cmd);
+            assert_done(&b, &mut child);
+        } else {
+            let mut child = cmd.spawn().unwrap();
+            drop(cmd);
+            let mut first = String::new();
+            std::io::BufReader::new(reader).read_line(&mut first).unwrap();
+            assert!(!first.is_empty());
+            assert_done(&b, &mut child);
+        }
+    }
+
+    fn assert_done(b: &Batch, child: &mut std::process::Child) {
+        let status = wait_with_limit(child, Duration::from_secs(60));
+        assert_eq!(status.code(), Some(3), "--locked's own exit code, not a panic (101)");
+        assert!(b.p.exists("out/a.txt"), "a was not replayed");
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(b.p.report_path()).unwrap()).unwrap();
+        assert_eq!(task(&report, "a")["state"], "replayed");
+        assert_eq!(task(&report, "b")["state"], "skipped");
+    }
 }
