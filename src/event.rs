@@ -139,6 +139,9 @@ pub struct TaskEnd {
     pub kept_workspace: Option<PathBuf>,
     /// Ended by Ctrl-C.
     pub interrupted: bool,
+    /// Not run because `--locked` refused it: it needs an agent. `skipped`
+    /// in the report (SPEC 5's states), a failure in JUnit: the run fails.
+    pub refused: bool,
 }
 
 impl TaskEnd {
@@ -164,6 +167,7 @@ impl TaskEnd {
             transcript: None,
             kept_workspace: None,
             interrupted: false,
+            refused: false,
         }
     }
 

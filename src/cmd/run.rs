@@ -106,7 +106,10 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     let opts = scheduler::Options { jobs, keep_going: args.keep_going, locked: args.locked, no_cache: args.no_cache };
     let outcome = scheduler::run(runner.clone(), selected.clone(), outside, &opts, &mut |r| reporter.finished(r));
     reporter.finish();
-    let scheduler::Outcome { reports, outputs, mut lock, needs_agent, touched } = outcome;
+    let scheduler::Outcome { mut reports, outputs, mut lock, needs_agent, touched } = outcome;
+    for r in &mut reports {
+        r.refused = needs_agent.iter().any(|(name, _)| name == r.name());
+    }
     let plan = &runner.plan;
 
     crate::plan::timing("run tasks");

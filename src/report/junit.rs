@@ -2,7 +2,8 @@
 //! (GitHub test reporters, GitLab, Jenkins, Buildkite): one `<testsuite>`,
 //! one `<testcase>` per task with its task file and line. A failed or
 //! blocked task is a `<failure>` whose message is the reason and whose text
-//! is the tail of the failing output; a skipped task is `<skipped>`; the
+//! is the tail of the failing output, and so is a task `--locked` refused
+//! (type `locked`: the job fails); another skipped task is `<skipped>`; the
 //! summary and the transcript path go to `<system-out>`.
 //!
 //! Written by `quick-junit` (cargo-nextest's writer), which escapes markup
@@ -34,15 +35,9 @@ pub fn render(ends: &[TaskEnd], elapsed: Duration, now: SystemTime) -> String {
 fn test_case(end: &TaskEnd) -> TestCase {
     let r = &end.report;
     let status = match r.state {
-        TaskState::Failed | TaskState::Blocked => {
-            let reason = r.reason.as_deref().unwrap_or(r.state.as_str());
-            let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
-            status
-                .set_message(xml_text(reason))
-                .set_type(r.state.as_str())
-                .set_description(xml_text(&format!("{reason}\n\n{}", crate::text::tail_lines(&end.tail, 8000))));
-            status
-        }
+        // `--locked` refused it: the job fails (exit 3), so must the test.
+        TaskState::Skipped if end.refused => failure(end, "locked"),
+        TaskState::Failed | TaskState::Blocked => failure(end, r.state.as_str()),
         TaskState::Skipped => {
             let mut status = TestCaseStatus::skipped();
             status.set_message(xml_text(r.reason.as_deref().unwrap_or("skipped")));
@@ -69,6 +64,18 @@ fn test_case(end: &TaskEnd) -> TestCase {
     }
     case.set_system_out(xml_text(&out));
     case
+}
+
+/// A `<failure>` of type `kind`: the reason, and the tail of the failing
+/// output.
+fn failure(end: &TaskEnd, kind: &str) -> TestCaseStatus {
+    let reason = end.report.reason.as_deref().unwrap_or(end.report.state.as_str());
+    let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+    status
+        .set_message(xml_text(reason))
+        .set_type(kind)
+        .set_description(xml_text(&format!("{reason}\n\n{}", crate::text::tail_lines(&end.tail, 8000))));
+    status
 }
 
 /// `tasks/auth.kdl` → `tasks.auth`: the grouping CI reporters show.
@@ -141,6 +148,21 @@ mod tests {
         assert_eq!(failure.attribute("type"), Some("blocked"));
         assert_eq!(failure.text(), Some("a<b>&\"c\" red\n\nxyz"));
         assert_eq!(child("c", "skipped").unwrap().attribute("message"), Some("b failed"));
+    }
+
+    #[test]
+    fn a_task_locked_refused_is_a_failure_not_a_skip() {
+        let mut refused = end("a", TaskState::Skipped, Some("--locked: an agent would be needed (goal changed)"));
+        refused.refused = true;
+        let ends = [refused, end("b", TaskState::Skipped, Some("not started"))];
+        let xml = render(&ends, Duration::from_millis(1), SystemTime::UNIX_EPOCH);
+        let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("invalid XML ({e}):\n{xml}"));
+        let suite = doc.descendants().find(|n| n.has_tag_name("testsuite")).unwrap();
+        assert_eq!((suite.attribute("failures"), suite.attribute("skipped")), (Some("1"), Some("1")), "{xml}");
+        let failure = doc.descendants().find(|n| n.has_tag_name("failure")).unwrap();
+        assert_eq!(failure.parent().unwrap().attribute("name"), Some("a"));
+        assert_eq!(failure.attribute("type"), Some("locked"));
+        assert_eq!(failure.attribute("message"), Some("--locked: an agent would be needed (goal changed)"));
     }
 
     #[test]

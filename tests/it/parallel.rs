@@ -499,6 +499,29 @@ fn refused_by_locked() -> Batch {
 }
 
 #[test]
+fn in_junit_a_task_locked_refused_is_a_failure() {
+    let b = refused_by_locked();
+    let junit = b.p.out().join("junit.xml");
+    let done = b.run(&["--locked", "--junit", junit.to_str().unwrap()]).status(3).exec();
+    let states: Vec<(String, String)> = done.states().into_iter().collect();
+    let want = [("a", "replayed"), ("b", "skipped"), ("c", "skipped")].map(|(n, s)| (n.to_owned(), s.to_owned()));
+    assert_eq!(states, want, "{}", done.transcript());
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("invalid XML ({e}):\n{xml}"));
+    for node in doc.descendants().filter(|n| n.has_tag_name("testsuites") || n.has_tag_name("testsuite")) {
+        let counts: Vec<Option<&str>> = ["tests", "failures", "errors", "skipped"].map(|a| node.attribute(a)).to_vec();
+        assert_eq!(counts, [Some("3"), Some("2"), Some("0"), Some("0")], "CI must show the red job red:\n{xml}");
+    }
+    let case = |n: &str| doc.descendants().find(|c| c.has_tag_name("testcase") && c.attribute("name") == Some(n));
+    for name in ["b", "c"] {
+        let failure = case(name).unwrap().children().find(|c| c.has_tag_name("failure")).expect("a <failure>");
+        assert_eq!(failure.attribute("type"), Some("locked"), "{xml}");
+        assert!(failure.attribute("message").unwrap().starts_with("--locked: an agent would be needed"), "{xml}");
+    }
+    assert!(case("a").unwrap().children().all(|c| !c.has_tag_name("failure") && !c.has_tag_name("skipped")));
+}
+
+#[test]
 fn a_locked_run_into_a_closed_pipe_does_its_work_and_exits_3() {
     // `cassist run --locked 2>&1 | head -1`: the reader goes away after
     // the first line, or before cassist writes anything.
