@@ -1,22 +1,43 @@
-//! `cassist prompt TASK`: the rendered prompt (its control characters
-//! shown, not sent to the terminal: findings of dependencies and context
-//! files may be an agent's text).
+//! `cassist prompt TASK`: the prompt the agent got or will get (its
+//! control characters shown, not sent to the terminal: findings of
+//! dependencies and context files may be an agent's text).
 
 use std::path::Path;
 
 use super::{Error, Result};
 use crate::cli::TaskArgs;
+use crate::plan::{Plan, PlannedTask, State};
 use crate::report::Output;
 
 pub fn run(cwd: &Path, name: &str, args: &TaskArgs, out: &Output) -> Result {
     let plan = super::load_plan(cwd, args, out)?;
     let task = plan.get(name).ok_or_else(|| Error::Invalid(vec![plan.unknown_task(name)]))?;
-    // Findings of explore/review dependencies exist only once they ran.
     let summaries: Vec<(String, String)> = plan
         .summary_dependencies(task)
-        .iter()
-        .map(|d| (d.task.name.clone(), format!("(the final message of `{}` goes here once it has run)", d.task.name)))
+        .into_iter()
+        .filter_map(|d| findings(&plan, d).map(|s| (d.task.name.clone(), s)))
         .collect();
     crate::out!("{}", crate::text::printable(&plan.render_prompt(task, &summaries)));
     Ok(())
+}
+
+/// What explore/review task `d` hands the prompts of its dependents, as
+/// the scheduler would: the findings recorded for its current inputs (the
+/// store entry it is up to date with, or the one it replays). Until it has
+/// run on them, a placeholder says so; a recorded run without findings
+/// hands none.
+fn findings(plan: &Plan, d: &PlannedTask) -> Option<String> {
+    let name = &d.task.name;
+    let entry = match d.state {
+        State::UpToDate => plan.lock.tasks.get(name).and_then(|l| plan.store.get_entry(&l.before)),
+        State::Replay => d.cached.entry.as_deref().and_then(|k| plan.store.get_entry(k)),
+        State::Run => None,
+    };
+    match entry {
+        Some(e) => e.summary.map(|s| crate::text::truncate_chars(&s, crate::runner::SUMMARY_LIMIT)),
+        None if plan.lock.tasks.contains_key(name) => {
+            Some(format!("(the final message of `{name}` goes here once it has run again: its inputs changed)"))
+        }
+        None => Some(format!("(the final message of `{name}` goes here once it has run)")),
+    }
 }

@@ -102,3 +102,29 @@ fn a_plain_replay_of_the_demo_leaves_it_up_to_date() {
     assert_eq!(p.read("cassist.lock"), lock, "a replay reproduces the recorded tree: the lock stands");
     assert_demo_up_to_date(&p, &lock);
 }
+
+#[test]
+fn prompt_shows_what_the_agent_got_with_the_findings_of_its_dependency() {
+    let p = demo();
+    p.commit_all();
+    let prompt = || p.cassist(&["prompt", "add-slugify"]).exec().stdout;
+    let placeholder = "(the final message of `survey-textkit` goes here once it has run)";
+    assert!(prompt().contains(placeholder), "{}", prompt());
+
+    let run = p.run(&[]).exec();
+    assert_eq!(run.states(), all("passed"), "{}", run.transcript());
+    // Up to date: the prompt add-slugify got, survey-textkit's recorded
+    // findings included.
+    let got = p.record("add-slugify", "prompt-1.md");
+    assert!(got.contains("normalize_space") && !got.contains("goes here"), "{got}");
+    assert_eq!(prompt(), got);
+    // To be replayed: the same.
+    p.git(&["checkout", "."]);
+    p.git(&["clean", "-fdq", "fixtures"]);
+    assert_eq!(plan_states(&p), all("replay"));
+    assert_eq!(prompt(), got);
+    // survey-textkit's inputs changed: what it will find is not known yet.
+    p.edit("tasks/survey.kdl", "in a few lines.", "in a few short lines.");
+    let again = "(the final message of `survey-textkit` goes here once it has run again: its inputs changed)";
+    assert!(prompt().contains(again), "{}", prompt());
+}
