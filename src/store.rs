@@ -95,6 +95,12 @@ fn output_paths(changes: &[StoredChange]) -> Vec<String> {
     paths
 }
 
+/// The objects an entry names: the new and old contents of its changes,
+/// and its records (what `cache gc` keeps for it).
+fn objects_of(e: &Entry) -> std::collections::HashSet<String> {
+    e.changes.iter().flat_map(|c| [c.new.clone(), c.old.clone()]).flatten().chain(e.records.values().cloned()).collect()
+}
+
 /// Why a store entry cannot be used (SPEC 4: the task then runs as if
 /// there were no entry).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,45 +273,71 @@ impl Store {
         complete.then_some(entry)
     }
 
-    /// Every entry with its size on disk (entry and objects) and age.
+    /// Every entry, newest first, with the bytes removing it alone would
+    /// free (its entry file and the objects no other entry names) and its
+    /// age.
     pub fn list(&self) -> Vec<(Entry, u64, std::time::SystemTime)> {
-        let mut out = Vec::new();
-        let Ok(rd) = std::fs::read_dir(self.dir.join("entries")) else { return out };
+        let mut read = Vec::new();
+        let Ok(rd) = std::fs::read_dir(self.dir.join("entries")) else { return read };
         for e in rd.flatten() {
             let Ok(meta) = e.metadata() else { continue };
             let Ok(bytes) = std::fs::read(e.path()) else { continue };
             let Ok(entry) = serde_json::from_slice::<Entry>(&bytes) else { continue };
-            let objects: u64 = entry
-                .changes
-                .iter()
-                .filter_map(|c| c.new.as_deref())
-                .chain(entry.records.values().map(String::as_str))
-                .filter_map(|h| std::fs::metadata(self.object_path(h)).ok())
-                .map(|m| m.len())
-                .sum();
-            out.push((entry, meta.len() + objects, meta.modified().unwrap_or(std::time::UNIX_EPOCH)));
+            read.push((entry, meta.len(), meta.modified().unwrap_or(std::time::UNIX_EPOCH)));
         }
+        // How many entries name each object.
+        let mut names: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        for (e, _, _) in &read {
+            for h in objects_of(e) {
+                *names.entry(h).or_default() += 1;
+            }
+        }
+        let mut out: Vec<_> = read
+            .into_iter()
+            .map(|(e, file, when)| {
+                let own: u64 = objects_of(&e)
+                    .iter()
+                    .filter(|h| names.get(*h) == Some(&1))
+                    .filter_map(|h| std::fs::metadata(self.object_path(h)).ok())
+                    .map(|m| m.len())
+                    .sum();
+                (e, file + own, when)
+            })
+            .collect();
         out.sort_by_key(|e| std::cmp::Reverse(e.2));
         out
     }
 
+    /// The bytes of every file of the store: what `cache clean` frees.
+    pub fn disk_bytes(&self) -> u64 {
+        walkdir::WalkDir::new(&self.dir)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.file_type().is_file())
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    }
+
     /// Removes entries not in `keep` beyond the newest `newest`, then every
-    /// object no remaining entry names. Returns (entries removed, bytes freed).
+    /// object no remaining entry names. Returns (entries removed, bytes
+    /// freed: the entry files and objects removed).
     pub fn gc(&self, keep: &std::collections::HashSet<String>, newest: usize) -> std::io::Result<(usize, u64)> {
         let entries = self.list();
         let mut removed = 0;
+        let mut freed = 0;
         let mut live: std::collections::HashSet<String> = std::collections::HashSet::new();
         for (i, (e, _, _)) in entries.iter().enumerate() {
             if i < newest || keep.contains(&e.before) {
-                live.extend(e.changes.iter().filter_map(|c| c.new.clone()));
-                live.extend(e.changes.iter().filter_map(|c| c.old.clone()));
-                live.extend(e.records.values().cloned());
+                live.extend(objects_of(e));
             } else {
-                std::fs::remove_file(self.entry_path(&e.before))?;
+                let path = self.entry_path(&e.before);
+                let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+                std::fs::remove_file(path)?;
+                freed += bytes;
                 removed += 1;
             }
         }
-        let mut freed = 0;
         for entry in walkdir::WalkDir::new(self.dir.join("objects")).into_iter().flatten() {
             if !entry.file_type().is_file() {
                 continue;
@@ -497,6 +529,37 @@ mod tests {
         assert_eq!(removed, 1, "b goes: not kept, not the newest");
         assert!(freed > 0);
         assert!(store.get_entry("a").is_some() && store.get_entry("c").is_some() && store.get_entry("b").is_none());
+    }
+
+    #[test]
+    fn an_entry_s_size_is_what_removing_it_frees() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        let shared = store.put_object(&[b's'; 3000]).unwrap();
+        let own = store.put_object(&[b'o'; 500]).unwrap();
+        let other = store.put_object(&[b'x'; 700]).unwrap();
+        // a names the shared object (as its change's old content) and its
+        // own; b names the shared one; c its own.
+        let mut a = entry("a", &own);
+        a.changes[0].old = Some(shared.clone());
+        store.put_entry(&a).unwrap();
+        store.put_entry(&entry("b", &shared)).unwrap();
+        store.put_entry(&entry("c", &other)).unwrap();
+        let file = |n: &str| std::fs::metadata(store.entry_path(n)).unwrap().len();
+        let sizes: std::collections::HashMap<String, u64> =
+            store.list().into_iter().map(|(e, size, _)| (e.task, size)).collect();
+        assert_eq!(sizes["a"], file("a") + 500, "the shared object is not a's alone");
+        assert_eq!(sizes["b"], file("b"));
+        assert_eq!(sizes["c"], file("c") + 700);
+        let total = store.disk_bytes();
+        assert_eq!(total, file("a") + file("b") + file("c") + 3000 + 500 + 700);
+
+        let keep: std::collections::HashSet<String> = ["b".to_owned(), "c".to_owned()].into();
+        assert_eq!(store.gc(&keep, 0).unwrap(), (1, sizes["a"]));
+        assert_eq!(store.disk_bytes(), total - sizes["a"]);
+        let b = file("b");
+        let keep: std::collections::HashSet<String> = ["c".to_owned()].into();
+        assert_eq!(store.gc(&keep, 0).unwrap(), (1, b + 3000), "b's object is its own now");
     }
 
     #[test]

@@ -57,7 +57,42 @@ pub fn tail_lines(text: &str, limit: usize) -> String {
     text[start..].trim_end().to_owned()
 }
 
-/// `s` cut to `n` characters, the last one an ellipsis when cut.
+/// `s` cut to fit `width` terminal columns: when it does not, it is cut at
+/// a character boundary and ends with `…` (within the width). Wide
+/// characters take two columns, combining marks none. The one way cassist
+/// shortens what it shows (summaries, progress lines, table cells); `s` is
+/// text to show, without escape sequences ([`printable`]).
+pub fn truncate(s: &str, width: usize) -> Cow<'_, str> {
+    use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+    if s.width() <= width {
+        return Cow::Borrowed(s);
+    }
+    let room = width.saturating_sub(1);
+    let (mut used, mut end) = (0, 0);
+    for (i, c) in s.char_indices() {
+        used += c.width().unwrap_or(0);
+        if used > room {
+            break;
+        }
+        end = i + c.len_utf8();
+    }
+    Cow::Owned(format!("{}…", &s[..end]))
+}
+
+/// The first line of `s` in at most `width` columns, ending with `…` when
+/// anything was left out: the rest of the line, or the lines after it.
+pub fn first_line(s: &str, width: usize) -> Cow<'_, str> {
+    let s = s.trim_start_matches('\n');
+    let line = s.lines().next().unwrap_or("");
+    if s.trim_end().len() > line.len() {
+        Cow::Owned(truncate(&format!("{line}…"), width).into_owned())
+    } else {
+        truncate(line, width)
+    }
+}
+
+/// `s` cut to `n` characters, the last one an ellipsis when cut: a limit
+/// on what is stored (a summary in the report), not on what is shown.
 pub fn truncate_chars(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         return s.to_owned();
@@ -182,6 +217,27 @@ mod tests {
         for s in [evil, "\u{1b}\u{9b}\r\u{8}\u{2067}"] {
             assert!(printable(s).chars().all(|c| c == '\n' || !(c.is_control() || is_bidi_control(c))), "{s:?}");
         }
+    }
+
+    #[test]
+    fn what_is_shown_is_cut_by_columns_and_marked() {
+        assert!(matches!(truncate("abc", 3), Cow::Borrowed("abc")));
+        assert_eq!(truncate("abcdef", 4), "abc…");
+        assert_eq!(truncate("ééééé", 3), "éé…");
+        // Wide characters take two columns; the cut never splits one.
+        assert_eq!(truncate("日本語のテキスト", 6), "日本…");
+        assert_eq!(truncate("日本語", 6), "日本語");
+        // e + COMBINING ACUTE ACCENT stays whole.
+        assert_eq!(truncate("cafe\u{301} au lait", 5), "cafe\u{301}…");
+        assert_eq!(truncate("abc", 0), "…");
+        for (s, w) in [("a very long summary of what was done", 20), ("日本語のテキストです", 9)] {
+            assert!(unicode_width::UnicodeWidthStr::width(truncate(s, w).as_ref()) <= w);
+        }
+        assert_eq!(first_line("one line", 20), "one line");
+        assert_eq!(first_line("\nfirst\nsecond", 20), "first…");
+        assert_eq!(first_line("first line here\nsecond", 10), "first lin…");
+        assert_eq!(first_line("trailing newline\n", 20), "trailing newline");
+        assert_eq!(first_line("", 20), "");
     }
 
     #[test]

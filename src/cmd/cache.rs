@@ -23,14 +23,12 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
             let lock = crate::lock::Lock::load(&root).unwrap_or_default();
             let mut table = Table::new(&["TASK", "HASH", "AGE", "SIZE", "IN LOCK", "SUMMARY"]);
             let now = std::time::SystemTime::now();
-            let mut total = 0;
             for (e, size, when) in &entries {
-                total += size;
                 let age = now.duration_since(*when).map_or("-".to_owned(), |d| human_age(d.as_secs()));
                 let locked = lock.tasks.get(&e.task).is_some_and(|l| l.before == e.before);
                 // An agent's text: shown, never sent to the terminal.
                 let summary = crate::text::printable(e.summary.as_deref().unwrap_or(""));
-                let summary: String = summary.lines().next().unwrap_or("").chars().take(50).collect();
+                let summary = crate::text::first_line(&summary, 50).into_owned();
                 table.row(vec![
                     e.task.clone(),
                     e.before[..12].to_owned(),
@@ -42,10 +40,10 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
             }
             crate::out!("{}", table.render(|h| out.dim(h)));
             crate::outln!(
-                "{} entr{}, {} in {}",
+                "{} entr{}, {} on disk in {} (SIZE: what removing the entry alone frees)",
                 entries.len(),
                 if entries.len() == 1 { "y" } else { "ies" },
-                human_size(total),
+                human_size(store.disk_bytes()),
                 store.dir().display()
             );
             Ok(())
@@ -75,8 +73,9 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
             let _guard = crate::store::ProjectLock::acquire(&root, || {
                 crate::errln!("waiting for a cassist run on this project to finish...")
             });
+            let bytes = store.disk_bytes();
             store.clean().map_err(|e| Error::Internal(format!("cannot remove {}: {e}", store.dir().display())))?;
-            crate::outln!("removed {}", store.dir().display());
+            crate::outln!("removed {}, freed {}", store.dir().display(), human_size(bytes));
             Ok(())
         }
     }

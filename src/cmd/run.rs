@@ -48,12 +48,12 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     if args.keep_workspace {
         // This run keeps its own: the ones earlier runs kept go.
         let (removed, _) = crate::workspace::remove_kept(&workspaces, &plan.project.root);
-        if removed > 0 {
+        if removed > 0 && !out.quiet {
             crate::errln!("note: removed {removed} workspace(s) kept by an earlier run of this project");
         }
     }
     let (mode, why) = detect_mode(&exe, &plan.project.root, &workspaces);
-    if mode == Mode::Copy {
+    if mode == Mode::Copy && !out.quiet {
         let because = match why {
             Some(why) => format!("copy-on-write workspaces are unavailable here ({why})"),
             None => "CASSIST_WORKSPACE=copy".to_owned(),
@@ -71,7 +71,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     // review, as on a kernel without Landlock.
     let landlock_off = std::env::var("CASSIST_LANDLOCK").is_ok_and(|v| v == "off");
     let landlock = !landlock_off && crate::sandbox::landlock_abi() > 0;
-    if !landlock && !landlock_off {
+    if !landlock && !landlock_off && !out.quiet {
         let copy = if mode == Mode::Copy {
             "; in copy mode nothing keeps a command from reading other tasks' folders or the machine's terminals, nor from writing outside its workspace"
         } else {

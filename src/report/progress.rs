@@ -5,10 +5,10 @@
 //! On a terminal: an overall bar (done/total, passed, failed, cached,
 //! spend) and a line per running task with its phase, attempt, elapsed
 //! time and cost (indicatif). Elsewhere (CI, pipes): one plain line per
-//! state change, no control characters. `-q`: only failures. What came
-//! from an agent or a command it ran (details, notes, summaries, reasons,
-//! file names, transcripts) goes through [`crate::text::printable`]: it
-//! never drives the terminal.
+//! state change, no control characters. `-q`: nothing (the summary says
+//! the failures). What came from an agent or a command it ran (details,
+//! notes, summaries, reasons, file names, transcripts) goes through
+//! [`crate::text::printable`]: it never drives the terminal.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -249,8 +249,7 @@ impl Screen {
             && let Some(bar) = &r.bar
         {
             let cost = if r.cost > 0.0 { format!(" ${:.2}", r.cost) } else { String::new() };
-            let line: String = format!("{}{cost}", r.phase).chars().take(120).collect();
-            bar.set_message(line);
+            bar.set_message(crate::text::truncate(&format!("{}{cost}", r.phase), 120).into_owned());
         }
     }
 
@@ -305,14 +304,15 @@ fn elapsed(state: &ProgressState, w: &mut dyn std::fmt::Write) {
 /// The line of a finished task (stdout).
 pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
     let r = &end.report;
-    if out.quiet && r.state.is_success() {
+    // -q: the summary says the failures.
+    if out.quiet {
         return;
     }
     if r.state == TaskState::UpToDate {
         // A cache hit: one line with the stored summary, and where the
         // transcript is (or the transcript itself with --output-logs full).
         let summary = printable(r.summary.as_deref().unwrap_or(""));
-        let summary: String = summary.lines().next().unwrap_or("").chars().take(100).collect();
+        let summary = crate::text::first_line(&summary, 100);
         let mut line = format!("{} {}", r.name, out.green("up-to-date"));
         if !summary.is_empty() {
             line.push_str(&format!(": {summary}"));
@@ -344,9 +344,15 @@ pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
     if r.state.is_success()
         && let Some(s) = &r.summary
         && !s.trim().is_empty()
-        && !out.quiet
     {
-        let first: String = printable(s).lines().take(3).collect::<Vec<_>>().join("\n  ");
+        let text = printable(s);
+        let mut lines: Vec<&str> = text.trim().lines().collect();
+        let more = lines.len() > 3;
+        lines.truncate(3);
+        let mut first = lines.join("\n  ");
+        if more {
+            first.push('…');
+        }
         crate::outln!("  {}", out.dim(&first));
     }
 }

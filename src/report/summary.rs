@@ -1,6 +1,7 @@
 //! The end of `cassist run` on stdout: a table of the tasks (the parts of a
 //! split task under its row), then each failure with the tail of its
 //! output, where its transcript is and the workspace kept, then a count.
+//! With `-q`, the failures and the count only.
 //! Reasons, tails and part names (file names) go through
 //! [`printable`]: what an agent wrote never drives the terminal.
 
@@ -11,11 +12,28 @@ use crate::report::Output;
 use crate::report::table::Table;
 use crate::text::printable;
 
-/// Prints the summary of `ends`; with `-q`, only when a task failed.
+/// Prints the summary of `ends`; with `-q`, without the table: only the
+/// failures and the count.
 pub fn print(out: &Output, ends: &[TaskEnd], run_dir: &Path) {
-    if out.quiet && ends.iter().all(|e| e.state().is_success()) {
-        return;
+    if !out.quiet {
+        print_table(out, ends);
     }
+    for e in ends.iter().filter(|e| e.state().is_failure()) {
+        if !out.quiet {
+            crate::outln!();
+        }
+        print_failure(out, e);
+    }
+    let passed = ends.iter().filter(|e| e.state().is_success()).count();
+    if !out.quiet {
+        crate::outln!();
+    }
+    crate::outln!("{passed} of {} task(s) passed; records in {}", ends.len(), run_dir.display());
+}
+
+/// The table of the tasks, a row per task and one per part of a split
+/// task, after a blank line.
+fn print_table(out: &Output, ends: &[TaskEnd]) {
     let mut table = Table::new(&["TASK", "STATE", "AGENT", "ATTEMPTS", "TIME", "COST"]);
     for r in ends.iter().map(|e| &e.report) {
         table.row(vec![
@@ -30,30 +48,26 @@ pub fn print(out: &Output, ends: &[TaskEnd], run_dir: &Path) {
     }
     crate::outln!();
     crate::out!("{}", table.render(|h| out.dim(h)));
-    for e in ends.iter().filter(|e| e.state().is_failure()) {
-        crate::outln!();
-        let reason = printable(e.report.reason.as_deref().unwrap_or("failed"));
-        crate::outln!("{} {}: {reason}", out.red("✗"), e.name());
-        if !e.tail.trim().is_empty() {
-            let tail = printable(&crate::text::tail_lines(&e.tail, 1500)).into_owned();
-            for line in tail.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev() {
-                crate::outln!("    {}", out.dim(line));
-            }
-        }
-        if let Some(t) = &e.transcript {
-            crate::outln!("  transcript: {}", t.display());
-        }
-        if let Some(w) = &e.kept_workspace {
-            crate::outln!("  workspace kept: {}", w.display());
-            crate::outln!(
-                "  {}",
-                out.dim("(the task's files with its change, to test in; `cassist cache gc` removes it)")
-            );
+}
+
+/// A failed task: its name and reason, the tail of its failing output,
+/// where its transcript and its kept workspace are.
+fn print_failure(out: &Output, e: &TaskEnd) {
+    let reason = printable(e.report.reason.as_deref().unwrap_or("failed"));
+    crate::outln!("{} {}: {reason}", out.red("✗"), e.name());
+    if !e.tail.trim().is_empty() {
+        let tail = printable(&crate::text::tail_lines(&e.tail, 1500)).into_owned();
+        for line in tail.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev() {
+            crate::outln!("    {}", out.dim(line));
         }
     }
-    let passed = ends.iter().filter(|e| e.state().is_success()).count();
-    crate::outln!();
-    crate::outln!("{passed} of {} task(s) passed; records in {}", ends.len(), run_dir.display());
+    if let Some(t) = &e.transcript {
+        crate::outln!("  transcript: {}", t.display());
+    }
+    if let Some(w) = &e.kept_workspace {
+        crate::outln!("  workspace kept: {}", w.display());
+        crate::outln!("  {}", out.dim("(the task's files with its change, to test in; `cassist cache gc` removes it)"));
+    }
 }
 
 /// The parts of a split task under its row, indented by depth.

@@ -903,6 +903,25 @@ fn a_run_killed_mid_task_leaves_a_store_the_next_run_uses() {
 // ---------------------------------------------------------------------------
 // cassist cache
 
+/// The bytes of the files of the project's store.
+fn store_bytes(p: &Project) -> u64 {
+    walkdir::WalkDir::new(p.path().join(".cassist/store"))
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_type().is_file())
+        .map(|e| e.metadata().unwrap().len())
+        .sum()
+}
+
+/// A size as `cache ls` and `cache gc` show it.
+fn human_size(bytes: u64) -> String {
+    match bytes {
+        b if b < 1024 => format!("{b} B"),
+        b if b < 1024 * 1024 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{:.1} MiB", b as f64 / 1048576.0),
+    }
+}
+
 #[test]
 fn cache_ls_gc_and_clean() {
     let p = project();
@@ -925,11 +944,22 @@ fn cache_ls_gc_and_clean() {
     assert!(ls.stdout.contains("4 entries"), "{}", ls.stdout);
     assert_eq!(ls.stdout.lines().filter(|l| l.starts_with("other ") && l.contains(" no ")).count(), 1, "{}", ls.stdout);
 
-    // gc --keep 0 keeps what the lock references, drops the rest.
+    // The sizes add up: the store's bytes on disk, and per entry what
+    // removing it alone frees (not the objects it shares: other's first
+    // output is its second run's old content).
+    let before = store_bytes(&p);
+    assert!(ls.stdout.contains(&format!("4 entries, {} on disk in ", human_size(before))), "{}", ls.stdout);
+    let row = ls.stdout.lines().find(|l| l.starts_with("other ") && l.contains(" no ")).unwrap();
+
+    // gc --keep 0 keeps what the lock references, drops the rest, and
+    // frees what `ls` said it would.
     let gc = p.cassist(&["cache", "gc", "--keep", "0"]).exec();
-    assert!(gc.stdout.contains("removed 1 entry"), "{}", gc.transcript());
+    let freed = human_size(before - store_bytes(&p));
+    assert_eq!(gc.stdout, format!("removed 1 entry, freed {freed}\n"), "{}", gc.transcript());
+    assert!(row.contains(&format!("  {freed}  ")), "cache ls said {row:?}; gc freed {freed}");
     let ls = p.cassist(&["cache", "ls"]).exec();
     assert!(ls.stdout.contains("3 entries") && !ls.stdout.contains(" no "), "{}", ls.stdout);
+    assert!(ls.stdout.contains(&format!("3 entries, {} on disk", human_size(store_bytes(&p)))), "{}", ls.stdout);
     assert_consistent(&p, &ALL);
     // What gc kept still replays. (The entry of `other` recorded its
     // second run, made on its first output: `todo` is not its before-state.)
@@ -945,7 +975,8 @@ fn cache_ls_gc_and_clean() {
     assert_eq!(calls(&p).len(), 4);
 
     // clean empties the store: nothing to replay, the agent runs again.
-    p.cassist(&["cache", "clean"]).exec();
+    let bytes = human_size(store_bytes(&p));
+    p.cassist(&["cache", "clean"]).stdout_has(&format!(", freed {bytes}\n")).exec();
     assert!(!p.exists(".cassist/store/entries"));
     p.cassist(&["cache", "ls"]).stdout_has("the store is empty").exec();
     restore_outputs(&p);

@@ -332,20 +332,31 @@ fn without_a_terminal_progress_is_plain_lines() {
         done.stderr
     );
     assert!(lines.iter().any(|l| l.starts_with("[1/2] two: agent (attempt 1)")), "{}", done.stderr);
+}
 
-    // -q: only failures and the summary.
+#[test]
+fn quiet_prints_the_failures_and_the_count_only() {
+    // -q (`--help`: "only failures and the summary"): no progress, no
+    // table; a block per failed task, then the count, on success too.
     let b = Batch::new(&[T("ok", &[]), T("bad", &[])]);
-    b.run(&["-q", "-j", "1", "--keep-going"])
+    let done = b
+        .run(&["-q", "-j", "1", "--keep-going"])
         .env("TIMED_FAIL", "bad")
         .env("TIMED_SLEEP", "0")
         .status(1)
-        // No progress with -q.
         .stderr("")
         .stdout_lacks("ok passed")
-        .stdout_has("bad blocked")
-        // The summary is printed.
-        .stdout_has("TASK")
+        .stdout_lacks("TASK")
         .exec();
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(lines[0], "✗ bad: the agent reported that it cannot do the task: told to fail", "{}", done.stdout);
+    assert!(lines[1..lines.len() - 1].iter().all(|l| l.starts_with("  ")), "{}", done.stdout);
+    assert!(lines[lines.len() - 1].starts_with("1 of 2 task(s) passed; records in "), "{}", done.stdout);
+
+    let b = Batch::new(&[T("ok", &[]), T("fine", &[])]);
+    let done = b.run(&["-q"]).env("TIMED_SLEEP", "0").stderr("").exec();
+    assert_eq!(done.stdout.lines().count(), 1, "{}", done.stdout);
+    assert!(done.stdout.starts_with("2 of 2 task(s) passed; records in "), "{}", done.stdout);
 }
 
 /// `cassist run ARGS` on a pseudo-terminal (TERM=xterm-256color, no

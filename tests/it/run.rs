@@ -733,6 +733,27 @@ task "add-hello" {
     assert!(!section(&p.record("survey", "prompt-1.md"), "Context").contains(summary));
 }
 
+#[test]
+fn long_summaries_are_cut_by_columns_with_an_ellipsis() {
+    let summary = format!("Survey: {}\nA second line.", "日本語 words ".repeat(20));
+    let p = Test::trusted()
+        .agent("explorer", "summarize.sh", &[], &["FAKE_SUMMARY"])
+        .tasks("task \"survey\" {\n    goal \"Survey.\"\n    kind \"explore\"\n    agent \"explorer\"\n}\n")
+        .build();
+    p.run(&[]).env("FAKE_SUMMARY", &summary).exec();
+    let width = |s: &str| unicode_width::UnicodeWidthStr::width(s);
+    let again = p.run(&[]).env("FAKE_SUMMARY", &summary).exec();
+    let line = again.stdout.lines().find(|l| l.starts_with("survey up-to-date: ")).expect(&again.stdout);
+    let shown = line.strip_prefix("survey up-to-date: ").unwrap();
+    assert!(shown.starts_with("Survey: 日本語 words") && shown.ends_with('…'), "{line}");
+    assert!(width(shown) <= 100 && width(shown) >= 98, "{} columns: {shown}", width(shown));
+
+    let ls = p.cassist(&["cache", "ls"]).exec();
+    let row = ls.stdout.lines().find(|l| l.starts_with("survey ")).expect(&ls.stdout);
+    let cell = &row[row.find("Survey: ").expect(row)..];
+    assert!(cell.ends_with('…') && width(cell) <= 50, "{row}");
+}
+
 // ---------------------------------------------------------------------------
 // The sandbox around the agent
 
