@@ -58,8 +58,15 @@ pub fn is_reserved(rel: &str) -> bool {
 /// files, `.git/info/exclude`; `parents`: those of the folders above
 /// `start` too), hidden files included, `.git/` and `.cassist/` folders
 /// left out, symlinks not followed.
-pub fn project_walker(start: &Path, parents: bool) -> impl Iterator<Item = ignore::DirEntry> {
-    walker(start, parents, true)
+pub fn project_walker(start: &Path, parents: bool) -> impl Iterator<Item = ignore::DirEntry> + use<> {
+    walker(std::slice::from_ref(&start.to_path_buf()), parents, true)
+}
+
+/// [`project_walker`] of several folders, one after the other, as one
+/// walk: the ignore files of the folders above them are read once.
+/// Each folder's entries begin with the folder itself (depth 0).
+pub fn project_walker_of(starts: &[PathBuf], parents: bool) -> impl Iterator<Item = ignore::DirEntry> + use<> {
+    walker(starts, parents, true)
 }
 
 /// The files below `start` that the [`project_walker`] leaves out because
@@ -80,12 +87,17 @@ pub fn ignored_files(start: &Path) -> impl Iterator<Item = ignore::DirEntry> {
 /// What a workspace holds, to be judged rather than hashed: the
 /// [`project_walker`] of `start` that enters `.git/` and `.cassist/`
 /// folders too.
-pub fn workspace_walker(start: &Path) -> impl Iterator<Item = ignore::DirEntry> {
-    walker(start, false, false)
+pub fn workspace_walker(start: &Path) -> impl Iterator<Item = ignore::DirEntry> + use<> {
+    walker(std::slice::from_ref(&start.to_path_buf()), false, false)
 }
 
-fn walker(start: &Path, parents: bool, skip_reserved: bool) -> impl Iterator<Item = ignore::DirEntry> {
-    ignore::WalkBuilder::new(start)
+fn walker(starts: &[PathBuf], parents: bool, skip_reserved: bool) -> impl Iterator<Item = ignore::DirEntry> + use<> {
+    let (first, rest) = starts.split_first().map_or((Path::new(""), &[][..]), |(f, r)| (f.as_path(), r));
+    let mut builder = ignore::WalkBuilder::new(first);
+    for start in rest {
+        builder.add(start);
+    }
+    builder
         .hidden(false)
         .parents(parents)
         .git_ignore(true)

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::paths::{Stamp, build_glob, is_literal, normalize, project_walker};
+use crate::paths::{Stamp, build_glob, is_literal, normalize, project_walker, project_walker_of};
 
 /// A file found by a pattern, relative to the root with `/` separators.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -180,20 +180,86 @@ impl Resolver {
 
     /// A folder on the way to `rel` must resolve inside the root.
     fn check_dir(&mut self, dir: &Path, rel: &str) -> Result<(), ResolveError> {
-        let escaped = match self.dir_inside.get(dir) {
-            Some(v) => v.clone(),
-            None => {
-                let v = match std::fs::canonicalize(dir) {
-                    Ok(c) if !c.starts_with(&self.root) => Some(c),
-                    _ => None,
-                };
-                self.dir_inside.insert(dir.to_path_buf(), v.clone());
-                v
-            }
-        };
-        match escaped {
+        match self.escapes(dir) {
             Some(target) => Err(ResolveError::Escapes { path: rel.to_owned(), target: target.display().to_string() }),
             None => Ok(()),
+        }
+    }
+
+    /// Where folder `dir` really is, when that is outside the root. Checked
+    /// one folder at a time from the root down, each remembered: a folder
+    /// below one that stays inside stays inside unless it is a symlink
+    /// itself, so a new folder costs one `lstat`, not a `realpath` of
+    /// every folder above it.
+    fn escapes(&mut self, dir: &Path) -> Option<PathBuf> {
+        if let Some(v) = self.dir_inside.get(dir) {
+            return v.clone();
+        }
+        let root = self.root.clone();
+        let outside = |d: &Path| std::fs::canonicalize(d).ok().filter(|c| !c.starts_with(&root));
+        let v = match dir.parent() {
+            _ if dir == self.root => None,
+            Some(parent) if dir.starts_with(&self.root) => match self.escapes(parent) {
+                // Below a folder that leads out: out too (where to, said
+                // as the kernel resolves it).
+                Some(_) => outside(dir).or_else(|| Some(dir.to_path_buf())),
+                None => match std::fs::symlink_metadata(dir) {
+                    Ok(m) if m.file_type().is_symlink() => outside(dir),
+                    _ => None,
+                },
+            },
+            _ => outside(dir),
+        };
+        self.dir_inside.insert(dir.to_path_buf(), v.clone());
+        v
+    }
+
+    /// Lists, in one walk, the folders the glob patterns among `patterns`
+    /// will list: the ignore files of the folders above them are read once
+    /// for all of them instead of once per folder (a monorepo's thousand
+    /// `packages/p*/src/*.ts` patterns would read the root's `.gitignore` a
+    /// thousand times). Only a cache: [`resolve`](Self::resolve) lists
+    /// what is missing, the same way.
+    pub fn prefetch<'a>(&mut self, patterns: impl IntoIterator<Item = &'a str>) {
+        let mut prefixes: Vec<String> = patterns
+            .into_iter()
+            .map(normalize)
+            .filter(|p| !is_literal(p) && build_glob(p).is_ok())
+            .map(|p| literal_prefix(&p))
+            .filter(|p| !self.listings.contains_key(p))
+            .collect();
+        prefixes.sort();
+        prefixes.dedup();
+        let mut starts: Vec<(String, PathBuf)> = Vec::new();
+        for prefix in prefixes {
+            let start = if prefix.is_empty() { self.root.clone() } else { self.root.join(&prefix) };
+            if !start.is_dir() || self.check_dir(&start, &prefix).is_err() {
+                // Listed (as empty) by `listing` when asked.
+                continue;
+            }
+            starts.push((prefix, start));
+        }
+        if starts.is_empty() {
+            return;
+        }
+        let paths: Vec<PathBuf> = starts.iter().map(|(_, s)| s.clone()).collect();
+        let mut lists: Vec<Vec<(String, bool)>> = vec![Vec::new(); starts.len()];
+        let mut current = 0;
+        for entry in project_walker_of(&paths, true) {
+            if entry.depth() == 0 {
+                // The walk goes through its starting folders in order.
+                if let Some(i) = paths[current..].iter().position(|p| p == entry.path()) {
+                    current += i;
+                }
+                continue;
+            }
+            if let Some(file) = listed(&self.root, &entry) {
+                lists[current].push(file);
+            }
+        }
+        for ((prefix, _), mut files) in starts.into_iter().zip(lists) {
+            files.sort();
+            self.listings.insert(prefix, Arc::new(files));
         }
     }
 
@@ -203,36 +269,27 @@ impl Resolver {
         if let Some(l) = self.listings.get(prefix) {
             return Arc::clone(l);
         }
-        // A listing of a parent folder already holds this one's files.
-        let mut parent = prefix;
-        while let Some(pos) = parent.rfind('/') {
-            parent = &parent[..pos];
-            if let Some(l) = self.listings.get(parent) {
-                let want = format!("{prefix}/");
-                let sub: Vec<_> = l.iter().filter(|(p, _)| p.starts_with(&want)).cloned().collect();
-                let sub = Arc::new(sub);
-                self.listings.insert(prefix.to_owned(), Arc::clone(&sub));
-                return sub;
-            }
-        }
         let start = if prefix.is_empty() { self.root.clone() } else { self.root.join(prefix) };
         let mut files = Vec::new();
         if start.is_dir() && self.check_dir(&start, prefix).is_ok() {
-            for entry in project_walker(&start, true) {
-                let Some(ft) = entry.file_type() else { continue };
-                if ft.is_dir() {
-                    continue;
-                }
-                let Ok(rel) = entry.path().strip_prefix(&self.root) else { continue };
-                let Some(rel) = rel.to_str() else { continue };
-                files.push((rel.to_owned(), ft.is_symlink()));
-            }
+            files.extend(project_walker(&start, true).filter_map(|e| listed(&self.root, &e)));
         }
         files.sort();
         let files = Arc::new(files);
         self.listings.insert(prefix.to_owned(), Arc::clone(&files));
         files
     }
+}
+
+/// A walked entry as a listing holds it: a file or symlink (not a folder),
+/// relative to the root; `(path, is_symlink)`.
+fn listed(root: &Path, entry: &ignore::DirEntry) -> Option<(String, bool)> {
+    let ft = entry.file_type()?;
+    if ft.is_dir() {
+        return None;
+    }
+    let rel = entry.path().strip_prefix(root).ok()?.to_str()?;
+    Some((rel.to_owned(), ft.is_symlink()))
 }
 
 /// The folders before the first glob character.
@@ -266,6 +323,83 @@ fn lexically_inside(path: &Path, root: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A project with ignore files at several depths, a symlink to a
+    /// folder inside and one to a folder outside.
+    fn project() -> (tempfile::TempDir, tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let write = |rel: &str, text: &str| {
+            let p = root.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        write(".gitignore", "*.log\nbuild/\n");
+        for p in ["a", "b", "c"] {
+            write(&format!("packages/{p}/src/main.rs"), p);
+            write(&format!("packages/{p}/src/debug.log"), p);
+            write(&format!("packages/{p}/src/deep/x.rs"), p);
+            write(&format!("packages/{p}/build/out.rs"), p);
+        }
+        write("packages/b/.gitignore", "deep/\n");
+        write("packages/c/src/.gitignore", "!debug.log\n");
+        write("src/lib.rs", "");
+        std::fs::write(outside.path().join("secret.rs"), "").unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("packages/out")).unwrap();
+        std::os::unix::fs::symlink(root.join("packages/a"), root.join("packages/alias")).unwrap();
+        (dir, outside, root)
+    }
+
+    const PATTERNS: &[&str] = &[
+        "packages/a/src/**",
+        "packages/b/src/**",
+        "packages/c/src/*",
+        "packages/*/src/*.rs",
+        "packages/a/src/deep/*.rs",
+        "packages/out/*.rs",
+        "packages/alias/src/*.rs",
+        "packages/a/build/*",
+        "src/*.rs",
+        "**/x.rs",
+        "nothing/*.rs",
+    ];
+
+    fn resolve_all(r: &mut Resolver) -> Vec<Result<Vec<String>, ResolveError>> {
+        PATTERNS.iter().map(|p| r.resolve(p).map(|f| f.into_iter().map(|f| f.path).collect())).collect()
+    }
+
+    #[test]
+    fn listing_folders_ahead_changes_nothing() {
+        let (_dir, _outside, root) = project();
+        let lazy = resolve_all(&mut Resolver::new(&root));
+        let mut r = Resolver::new(&root);
+        r.prefetch(PATTERNS.iter().copied());
+        assert!(r.listings.contains_key("packages/a/src") && r.listings.contains_key(""), "{:?}", r.listings.keys());
+        assert_eq!(resolve_all(&mut r), lazy);
+        // What the ignore files say, at every depth.
+        let files = |i: usize| lazy[i].as_ref().unwrap().clone();
+        assert_eq!(files(0), ["packages/a/src/deep/x.rs", "packages/a/src/main.rs"]);
+        assert_eq!(files(1), ["packages/b/src/main.rs"]);
+        assert_eq!(files(2), ["packages/c/src/.gitignore", "packages/c/src/debug.log", "packages/c/src/main.rs"]);
+        assert_eq!(files(5), Vec::<String>::new(), "nothing outside the project is listed");
+        assert_eq!(files(6), ["packages/alias/src/main.rs"]);
+        assert_eq!(files(7), ["packages/a/build/out.rs"], "a folder named directly is listed, ignored or not");
+        assert_eq!(files(10), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_folder_escapes_through_any_folder_above_it() {
+        let (_dir, outside, root) = project();
+        std::fs::create_dir(outside.path().join("sub")).unwrap();
+        let mut r = Resolver::new(&root);
+        let real = outside.path().canonicalize().unwrap();
+        assert_eq!(r.escapes(&root.join("packages/out")), Some(real.clone()));
+        assert_eq!(r.escapes(&root.join("packages/out/sub")), Some(real.join("sub")));
+        assert_eq!(r.escapes(&root.join("packages/alias/src")), None);
+        assert_eq!(r.escapes(&root.join("packages/a/src")), None);
+        assert_eq!(r.escapes(&root.join("packages/missing")), None);
+    }
 
     #[test]
     fn literal_prefixes() {

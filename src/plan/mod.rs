@@ -405,6 +405,8 @@ fn parse_files(
 fn resolve_tasks(root: &Path, tasks: &[Task], diags: &mut Diagnostics) -> Vec<TaskFiles> {
     let results: Vec<(Vec<TaskFiles>, Diagnostics)> = par_chunks(tasks, |part| {
         let mut resolver = Resolver::new(root);
+        let patterns = part.iter().flat_map(|t| t.context.iter().chain(&t.reference).chain(&t.scope));
+        resolver.prefetch(patterns.map(|p| p.value.as_str()));
         let mut diags = Diagnostics::default();
         let mut out = Vec::with_capacity(part.len());
         for t in part {
