@@ -133,10 +133,22 @@ fn now_ns() -> i128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128)
 }
 
-/// Hashes `files[todo]` on a few threads, one file per step: most context
-/// files are small, where a thread per file beats splitting one file.
+/// Threads that read and hash files at once. More than the cores: a file
+/// not in the page cache keeps its thread waiting for the disk, and disks
+/// (and network file systems) serve many reads at once; on a 2-core
+/// machine, 16 readers hash a cold project twice as fast as 2. Only files
+/// the hash cache cannot vouch for are read: an unchanged project starts
+/// none of these threads.
+pub fn io_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (cores * 4).clamp(16, 64)
+}
+
+/// Hashes `files[todo]` on [`io_threads`] threads, one file per step: most
+/// context files are small, where a thread per file beats splitting one
+/// file.
 fn hash_parallel(root: &Path, files: &[&ResolvedFile], todo: &[usize]) -> Vec<std::io::Result<[u8; 32]>> {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 8).min(todo.len());
+    let threads = io_threads().min(todo.len());
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<std::io::Result<[u8; 32]>>>> = Mutex::new((0..todo.len()).map(|_| None).collect());
     std::thread::scope(|s| {
