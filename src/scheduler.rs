@@ -492,7 +492,7 @@ fn up_to_date(runner: &Runner, t: &PlannedTask, lock: &Lock) -> TaskEnd {
     r.report.state = TaskState::UpToDate;
     if let Some(l) = lock.tasks.get(&t.task.name) {
         r.report.agent = l.agent.clone();
-        if let Some(entry) = runner.plan.store.get_entry(&l.before) {
+        if let Some(entry) = runner.plan.store.get_summary(&l.before) {
             r.report.summary = entry.summary.clone();
             r.report.changed_files = entry.changes.iter().map(|c| c.path.clone()).collect();
             // The stored transcript, for `--output-logs`-style inspection.

@@ -132,6 +132,16 @@ struct ChangesOnly {
     changes: Vec<StoredChange>,
 }
 
+/// An [`Entry`] as `run` shows an up-to-date task: the rest of its fields
+/// (the input keys above all) are skipped unread.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct EntrySummary {
+    pub format: u32,
+    pub changes: Vec<StoredChange>,
+    pub summary: Option<String>,
+    pub records: std::collections::BTreeMap<String, String>,
+}
+
 impl Store {
     pub fn open(root: &Path) -> Store {
         Store { dir: state_dir(root).join("store") }
@@ -264,13 +274,25 @@ impl Store {
     /// The entry recorded for input hash `before`, if it is whole: every
     /// object it names is present.
     pub fn get_entry(&self, before: &str) -> Option<Entry> {
+        self.whole_entry(before, |e: &Entry| (e.format, &e.changes))
+    }
+
+    /// What [`get_entry`](Self::get_entry) gives of an entry to show it,
+    /// without its input keys: most of its text, not turned into values.
+    pub fn get_summary(&self, before: &str) -> Option<EntrySummary> {
+        self.whole_entry(before, |e: &EntrySummary| (e.format, &e.changes))
+    }
+
+    fn whole_entry<T: serde::de::DeserializeOwned>(
+        &self,
+        before: &str,
+        parts: impl Fn(&T) -> (u32, &Vec<StoredChange>),
+    ) -> Option<T> {
         let text = std::fs::read(self.entry_path(before)).ok()?;
-        let entry: Entry = serde_json::from_slice(&text).ok()?;
-        if entry.format != ENTRY_FORMAT {
-            return None;
-        }
-        let complete = entry.changes.iter().all(|c| c.new.as_deref().is_none_or(|h| self.has_object(h)));
-        complete.then_some(entry)
+        let entry: T = serde_json::from_slice(&text).ok()?;
+        let (format, changes) = parts(&entry);
+        let complete = changes.iter().all(|c| c.new.as_deref().is_none_or(|h| self.has_object(h)));
+        (format == ENTRY_FORMAT && complete).then_some(entry)
     }
 
     /// Every entry, newest first, with the bytes removing it alone would
@@ -460,10 +482,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path());
         let h = store.put_object(b"new content").unwrap();
-        store.put_entry(&entry("b", &h)).unwrap();
+        let mut e = entry("b", &h);
+        e.summary = Some("wrote x".into());
+        store.put_entry(&e).unwrap();
         assert!(store.get_entry("b").is_some());
+        let shown = store.get_summary("b").unwrap();
+        assert_eq!((shown.summary.as_deref(), shown.changes, shown.records), (Some("wrote x"), e.changes, e.records));
         std::fs::remove_file(store.object_path(&h)).unwrap();
         assert!(store.get_entry("b").is_none());
+        assert!(store.get_summary("b").is_none());
     }
 
     #[test]
