@@ -2,19 +2,21 @@
 # bench/cache.sh: what does `cassist run` cost when every task is up-to-date,
 # next to `turbo run` on an equivalent fully cached workspace?
 #
-# Generates (once) two projects:
-#   cassist  1,000 independent tasks, one task file each, each with a small
-#            context file and a trivial custom agent (`sh -c`) that writes
-#            one file; `cassist run -q` once records every task (this first
-#            run starts 1,000 agents and takes a while).
-#   turbo    an npm workspaces monorepo of 1,000 packages, each with a small
-#            source file and a `build` script that writes one file
-#            (turbo.json `outputs`); `turbo run build` once fills the cache.
+# Generates (once) the monorepo of bench/lib.sh twice, TASKS packages of
+# FILES small source files each:
+#   cassist  one task per package (its sources as context) whose trivial
+#            custom agent (`sh -c`) writes packages/<task>/out.txt; `cassist
+#            run -q` once records every task (this first run starts TASKS
+#            agents and takes a while).
+#   turbo    an npm workspace of the same packages, each with a `build`
+#            script that writes dist/out.txt (turbo.json `outputs`); `turbo
+#            run build` once fills the cache.
 # then times, as the median of RUNS runs (after 2 warm-up runs):
 #   cassist  `cassist run -q` on the fully up-to-date project
 #   turbo    `turbo run build --output-logs=none` on the fully cached
 #            workspace
 # and prints both medians and the ratio. Target: cassist under 200 ms.
+# bench/scale.sh's figure (c) is the same comparison with 20 files a package.
 #
 # turbo (npm package `turbo`, 2.x) is installed into target/bench/turbo with
 # npm when it is not there yet. It never phones home here: telemetry and the
@@ -31,10 +33,15 @@
 #        HYPERFINE   hyperfine binary, or "none" for a date +%s%N loop
 #        RUNS        runs per figure (default: 10)
 #        TASKS       tasks / packages (default: 1000)
+#        FILES       source files per package (default: 1)
 # With --strict, exits 1 when cassist misses the 200 ms target.
 set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
+
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_setup cache.sh
 
 REGENERATE=0 STRICT=0 WITH_TURBO=1
 for arg in "$@"; do
@@ -47,182 +54,52 @@ for arg in "$@"; do
     esac
 done
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-abs() { case $1 in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$PWD/$1" ;; esac; }
 BENCH=$(abs "${BENCH_DIR:-$REPO/target/bench/cache}")
-HYPERFINE=${HYPERFINE:-hyperfine}
 RUNS=${RUNS:-10}
 TASKS=${TASKS:-1000}
+FILES=${FILES:-1}
 TARGET_MS=200
 PROJ=$BENCH/cassist-project
 WS=$BENCH/turbo-workspace
 OUT=$BENCH/results
-TURBO_PREFIX=$REPO/target/bench/turbo
-
-log() { printf '==> %s\n' "$*" >&2; }
-die() { printf 'cache.sh: %s\n' "$*" >&2; exit 1; }
-have() { command -v "$1" > /dev/null 2>&1; }
-now_ns() { date +%s%N; }
-ms() { awk -v ns="$1" 'BEGIN { printf "%.1f ms", ns / 1e6 }'; }
-
-# turbo must not phone home.
-export TURBO_TELEMETRY_DISABLED=1 DO_NOT_TRACK=1 TURBO_NO_UPDATE_NOTIFIER=1
-unset TURBO_API TURBO_TOKEN TURBO_TEAM TURBO_REMOTE_CACHE_SIGNATURE_KEY 2> /dev/null || true
-
+STAMP="cassist-cache-bench v2 tasks=$TASKS files=$FILES"
 mkdir -p "$BENCH" "$OUT"
 
-# ---------------------------------------------------------------------------
-# Binaries
-# ---------------------------------------------------------------------------
-if [[ -z ${CASSIST:-} ]]; then
-    log "cargo build --release"
-    (cd "$REPO" && nice cargo build --release --quiet)
-    CASSIST=$REPO/target/release/cassist
-fi
-CASSIST=$(abs "$CASSIST")
-[[ -x $CASSIST ]] || die "$CASSIST is not an executable"
+cassist_binary
+[[ $WITH_TURBO == 0 ]] || turbo_binary
 
-if [[ $WITH_TURBO == 1 ]]; then
-    if [[ -z ${TURBO:-} ]]; then
-        TURBO=$TURBO_PREFIX/node_modules/.bin/turbo
-        if [[ ! -x $TURBO ]]; then
-            have npm || die "npm is needed to install turbo (or pass --no-turbo, or TURBO=/path/to/turbo)"
-            log "npm install --prefix $TURBO_PREFIX turbo@2"
-            npm install --prefix "$TURBO_PREFIX" --no-audit --no-fund --loglevel=error turbo@2 > /dev/null
-        fi
-    fi
-    TURBO=$(abs "$TURBO")
-    [[ -x $TURBO ]] || die "$TURBO is not an executable"
-fi
+# fresh DIR STAMP: whether DIR was generated and recorded with STAMP.
+fresh() { [[ $REGENERATE == 0 && -f $1/.bench-stamp && $(< "$1/.bench-stamp") == "$2" ]]; }
 
-# ---------------------------------------------------------------------------
-# 1. The cassist project: TASKS independent tasks, recorded once
-# ---------------------------------------------------------------------------
-STAMP="cassist-cache-bench v1 tasks=$TASKS"
-generate_cassist() {
-    if [[ $REGENERATE == 0 && -f $PROJ/.bench-stamp && $(< "$PROJ/.bench-stamp") == "$STAMP" ]]; then
-        log "cassist project already recorded: $PROJ"
-        return
-    fi
+# first_run NAME DIR CMD...: runs CMD in DIR once, timed, its output logged.
+first_run() {
+    local name=$1 dir=$2 t0 t1
+    shift 2
+    log "first $name run: records all $TASKS tasks (takes a while)"
+    t0=$(now_ns)
+    (cd "$dir" && "$@") > "$OUT/$name-first-run.txt" 2>&1 \
+        || { tail -n 30 "$OUT/$name-first-run.txt" >&2; die "the first $name run failed (log: $OUT/$name-first-run.txt)"; }
+    t1=$(now_ns)
+    log "first run took $(ms $((t1 - t0)))"
+}
+
+if ! fresh "$PROJ" "$STAMP"; then
     log "generating $TASKS cassist tasks in $PROJ"
-    rm -rf "$PROJ"
-    mkdir -p "$PROJ/tasks" "$PROJ/ctx" "$PROJ/out"
-    # The agent writes out/<task>.txt and reports success. A raw KDL string:
-    # the shell sees it as written.
-    cat > "$PROJ/cassist.kdl" << 'EOF'
-trust "workspace-write"
-test #false
-defaults {
-    agent "write"
-}
-agent "write" {
-    command "sh" "-c" #"printf 'built by %s\n' "$CASSIST_TASK" > "out/$CASSIST_TASK.txt" && printf '{"success": true, "summary": "wrote out/%s.txt"}\n' "$CASSIST_TASK" > "$CASSIST_RESULT_FILE""#
-}
-EOF
-    local i name
-    for ((i = 0; i < TASKS; i++)); do
-        printf -v name 't%04d' "$i"
-        printf 'context of %s: line one\nline two\n' "$name" > "$PROJ/ctx/$name.txt"
-        printf 'not built yet\n' > "$PROJ/out/$name.txt"
-        cat > "$PROJ/tasks/$name.kdl" << EOF
-task "$name" {
-    goal "Write out/$name.txt from ctx/$name.txt."
-    context {
-        file "ctx/$name.txt"
-        file "out/$name.txt"
-    }
-    scope {
-        path "out/$name.txt"
-    }
-}
-EOF
-    done
-    log "first cassist run: records all $TASKS tasks (starts $TASKS agents; takes a while)"
-    local t0 t1
-    t0=$(now_ns)
-    if ! "$CASSIST" -q -C "$PROJ" run > "$OUT/cassist-first-run.txt" 2>&1; then
-        tail -n 30 "$OUT/cassist-first-run.txt" >&2
-        die "the first \`cassist run\` failed (log: $OUT/cassist-first-run.txt)"
-    fi
-    t1=$(now_ns)
-    log "first run took $(ms $((t1 - t0)))"
+    monorepo "$PROJ" cassist "$TASKS" "$FILES"
+    first_run cassist "$PROJ" "$CASSIST" -q run
     printf '%s\n' "$STAMP" > "$PROJ/.bench-stamp"
-}
-
-# ---------------------------------------------------------------------------
-# 2. The turbo workspace: TASKS packages, cache filled once
-# ---------------------------------------------------------------------------
-generate_turbo() {
-    local version
+fi
+if [[ $WITH_TURBO == 1 ]]; then
     version=$("$TURBO" --version 2> /dev/null | tail -n 1)
-    local stamp="$STAMP turbo=$version"
-    if [[ $REGENERATE == 0 && -f $WS/.bench-stamp && $(< "$WS/.bench-stamp") == "$stamp" ]]; then
-        log "turbo workspace already cached: $WS"
-        return
+    if ! fresh "$WS" "$STAMP turbo=$version"; then
+        log "generating a $TASKS-package npm workspace in $WS (turbo $version)"
+        monorepo "$WS" turbo "$TASKS" "$FILES"
+        first_run turbo "$WS" "$TURBO" run build --output-logs=none
+        printf '%s\n' "$STAMP turbo=$version" > "$WS/.bench-stamp"
     fi
-    log "generating a $TASKS-package npm workspace in $WS (turbo $version)"
-    rm -rf "$WS"
-    mkdir -p "$WS/packages"
-    local npm_version
-    npm_version=$(npm --version 2> /dev/null || echo 10.0.0)
-    cat > "$WS/package.json" << EOF
-{
-  "name": "bench-root",
-  "private": true,
-  "packageManager": "npm@$npm_version",
-  "workspaces": ["packages/*"]
-}
-EOF
-    cat > "$WS/turbo.json" << 'EOF'
-{
-  "$schema": "https://turbo.build/schema.json",
-  "tasks": {
-    "build": {
-      "outputs": ["dist/**"]
-    }
-  }
-}
-EOF
-    printf 'node_modules/\n.turbo/\ndist/\n' > "$WS/.gitignore"
-    local i name
-    for ((i = 0; i < TASKS; i++)); do
-        printf -v name 'p%04d' "$i"
-        mkdir -p "$WS/packages/$name/src"
-        printf 'context of %s: line one\nline two\n' "$name" > "$WS/packages/$name/src/input.txt"
-        cat > "$WS/packages/$name/package.json" << EOF
-{
-  "name": "$name",
-  "version": "1.0.0",
-  "private": true,
-  "scripts": {
-    "build": "mkdir -p dist && printf 'built by $name\\\\n' > dist/out.txt"
-  }
-}
-EOF
-    done
-    # A lockfile (workspace links only, nothing from the registry) and a git
-    # repository: turbo's usual, fastest setting.
-    (cd "$WS" && npm install --offline --no-audit --no-fund --ignore-scripts --loglevel=error > /dev/null)
-    (cd "$WS" && git init -q && git add -A \
-        && git -c user.name=bench -c user.email=bench@localhost -c commit.gpgsign=false commit -qm init)
-    log "first turbo run: fills the cache ($TASKS builds)"
-    local t0 t1
-    t0=$(now_ns)
-    if ! (cd "$WS" && "$TURBO" run build --output-logs=none > "$OUT/turbo-first-run.txt" 2>&1); then
-        tail -n 30 "$OUT/turbo-first-run.txt" >&2
-        die "the first \`turbo run build\` failed (log: $OUT/turbo-first-run.txt)"
-    fi
-    t1=$(now_ns)
-    log "first run took $(ms $((t1 - t0)))"
-    printf '%s\n' "$stamp" > "$WS/.bench-stamp"
-}
+fi
 
-generate_cassist
-[[ $WITH_TURBO == 1 ]] && generate_turbo
-
-# ---------------------------------------------------------------------------
-# 3. Check that both are fully cached (or we would time something else)
-# ---------------------------------------------------------------------------
+# Check that both are fully cached (or we would time something else).
 "$CASSIST" -C "$PROJ" run --report-json "$OUT/cassist-check.json" > "$OUT/cassist-check.txt" 2>&1 \
     || die "\`cassist run\` on the recorded project failed (log: $OUT/cassist-check.txt)"
 python3 - "$OUT/cassist-check.json" "$TASKS" << 'PY' || die "the cassist project is not fully up-to-date (see $OUT/cassist-check.json)"
@@ -239,42 +116,13 @@ if [[ $WITH_TURBO == 1 ]]; then
         || die "the turbo workspace is not fully cached: $(grep -E 'Cached:' "$OUT/turbo-check.txt" || true)"
 fi
 
-# ---------------------------------------------------------------------------
-# 4. Time
-# ---------------------------------------------------------------------------
-# median_ns NAME DIR CMD...: the median wall time of CMD (run in DIR) in
-# nanoseconds.
-median_ns() {
-    local name=$1 dir=$2
-    shift 2
-    if [[ $HYPERFINE != none ]] && have "$HYPERFINE"; then
-        (cd "$dir" && "$HYPERFINE" -N --style none --warmup 2 --runs "$RUNS" --export-json "$OUT/$name.json" \
-            -- "$(printf '%q ' "$@")" > /dev/null)
-        python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["results"][0]["median"] * 1e9))' \
-            "$OUT/$name.json"
-    else
-        local i t0 t1
-        (
-            cd "$dir"
-            for i in 1 2; do "$@" > /dev/null 2>&1; done
-            for ((i = 0; i < RUNS; i++)); do
-                t0=$(now_ns)
-                "$@" > /dev/null 2>&1
-                t1=$(now_ns)
-                echo $((t1 - t0))
-            done
-        ) | sort -n > "$OUT/$name.ns"
-        awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : int((v[NR / 2] + v[NR / 2 + 1]) / 2) }' "$OUT/$name.ns"
-    fi
-}
-
 if [[ $HYPERFINE == none ]] || ! have "$HYPERFINE"; then
     log "timing with a date +%s%N loop (hyperfine not used)"
 fi
 log "timing $RUNS runs each"
-cassist_ns=$(median_ns cassist "$PROJ" "$CASSIST" -q run)
+cassist_ns=$(median_ns cassist "$RUNS" 2 "" "$(printf '%q' "$CASSIST") -q -C $(printf '%q' "$PROJ") run")
 if [[ $WITH_TURBO == 1 ]]; then
-    turbo_ns=$(median_ns turbo "$WS" "$TURBO" run build --output-logs=none --summarize=false)
+    turbo_ns=$(cd "$WS" && median_ns turbo "$RUNS" 2 "" "$(printf '%q' "$TURBO") run build --output-logs=none --summarize=false")
 fi
 
 {
