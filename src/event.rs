@@ -185,6 +185,12 @@ impl TaskEnd {
     pub fn state(&self) -> TaskState {
         self.report.state
     }
+
+    /// The state people read: `interrupted` for a task Ctrl-C stopped
+    /// (`failed` in the report), else the state.
+    pub fn shown_state(&self) -> &'static str {
+        if self.interrupted && self.report.state.is_failure() { "interrupted" } else { self.report.state.as_str() }
+    }
 }
 
 /// Progress of a task, for the reporter.

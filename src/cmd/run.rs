@@ -40,7 +40,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     };
 
     let cancel = Cancel::default();
-    let interrupts = install_ctrl_c(cancel.clone());
+    let (interrupts, told) = install_ctrl_c(cancel.clone());
 
     let exe = std::env::current_exe().map_err(|e| Error::Internal(format!("cannot find the cassist binary: {e}")))?;
     let workspaces = crate::workspace::parent_dir(&plan.project.root);
@@ -83,6 +83,9 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     }
     let jobs = args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |j| j as usize);
     let reporter = Reporter::start(*out, Style::detect(out), selected.len(), args.output_logs);
+    if let Some(told) = told {
+        tell_interrupts(told, reporter.interrupts());
+    }
     let runner = Arc::new(Runner {
         plan: Arc::new(plan),
         exe,
@@ -242,18 +245,23 @@ fn write_report(path: &Path, bytes: &[u8]) {
     }
 }
 
-/// Ctrl-C (or SIGTERM): the first stops new tasks and ends running agents
-/// (by cancelling `cancel`, which wakes every wait at once); a second kills
-/// every child's process group and ends cassist at once. Returns the count
-/// of interrupts seen.
-fn install_ctrl_c(cancel: Cancel) -> &'static AtomicUsize {
+/// Ctrl-C (or SIGTERM). The first stops new tasks and ends running agents
+/// (cancelling `cancel` wakes every wait at once: each agent gets SIGTERM,
+/// then SIGKILL after its grace period). The second kills what still runs
+/// at once (SIGKILL to every child's process group), and the run still
+/// ends as after the first: workspaces removed, store and tree
+/// consistent. A third ends cassist at once. Returns the count of
+/// interrupts seen, and a socket that gets a byte for each (for
+/// [`tell_interrupts`]; `None` if it could not be made).
+fn install_ctrl_c(cancel: Cancel) -> (&'static AtomicUsize, Option<std::os::unix::net::UnixStream>) {
     static COUNT: AtomicUsize = AtomicUsize::new(0);
+    let pair = std::os::unix::net::UnixStream::pair().ok();
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let cancel = cancel.clone();
-        let action = move || {
-            if COUNT.fetch_add(1, Ordering::SeqCst) == 0 {
-                cancel.cancel();
-            } else {
+        let action = move || match COUNT.fetch_add(1, Ordering::SeqCst) {
+            0 => cancel.cancel(),
+            1 => crate::process::kill_all_groups(),
+            _ => {
                 crate::process::kill_all_groups();
                 signal_hook::low_level::exit(crate::exit::INTERRUPTED);
             }
@@ -261,6 +269,30 @@ fn install_ctrl_c(cancel: Cancel) -> &'static AtomicUsize {
         // SAFETY: the action is async-signal-safe: atomics, and `write`
         // (Cancel::cancel), `kill` and `_exit`.
         let _ = unsafe { signal_hook::low_level::register(signal, action) };
+        // Registered after the action: run after it, in the same handler.
+        if let Some(writer) = pair.as_ref().and_then(|(w, _)| w.try_clone().ok()) {
+            let _ = signal_hook::low_level::pipe::register(signal, writer);
+        }
     }
-    &COUNT
+    (&COUNT, pair.map(|(_, reader)| reader))
+}
+
+/// Tells `tell` of each interrupt as it comes, from a thread of its own
+/// that waits for the bytes the signal handler writes to `told`: the
+/// reporter says at once what cassist does about it.
+fn tell_interrupts(mut told: std::os::unix::net::UnixStream, tell: impl Fn(usize) + Send + 'static) {
+    let _ = std::thread::Builder::new().name("cassist-ctrl-c".into()).spawn(move || {
+        use std::io::Read as _;
+        let mut seen = 0;
+        let mut buf = [0u8; 16];
+        while let Ok(n) = told.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            for _ in 0..n {
+                seen += 1;
+                tell(seen);
+            }
+        }
+    });
 }

@@ -37,7 +37,7 @@ fn test_case(end: &TaskEnd) -> TestCase {
     let status = match r.state {
         // `--locked` refused it: the job fails (exit 3), so must the test.
         TaskState::Skipped if end.refused => failure(end, "locked"),
-        TaskState::Failed | TaskState::Blocked => failure(end, r.state.as_str()),
+        TaskState::Failed | TaskState::Blocked => failure(end, end.shown_state()),
         TaskState::Skipped => {
             let mut status = TestCaseStatus::skipped();
             status.set_message(xml_text(r.reason.as_deref().unwrap_or("skipped")));
@@ -163,6 +163,17 @@ mod tests {
         assert_eq!(failure.parent().unwrap().attribute("name"), Some("a"));
         assert_eq!(failure.attribute("type"), Some("locked"));
         assert_eq!(failure.attribute("message"), Some("--locked: an agent would be needed (goal changed)"));
+    }
+
+    #[test]
+    fn a_task_ctrl_c_stopped_is_an_interrupted_failure() {
+        let mut stopped = end("a", TaskState::Failed, Some("interrupted (Ctrl-C)"));
+        stopped.interrupted = true;
+        let xml = render(&[stopped], Duration::from_millis(1), SystemTime::UNIX_EPOCH);
+        let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("invalid XML ({e}):\n{xml}"));
+        let failure = doc.descendants().find(|n| n.has_tag_name("failure")).unwrap();
+        assert_eq!(failure.attribute("type"), Some("interrupted"), "{xml}");
+        assert_eq!(failure.attribute("message"), Some("interrupted (Ctrl-C)"));
     }
 
     #[test]

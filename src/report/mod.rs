@@ -109,6 +109,16 @@ impl Output {
         if self.color_out { s.red().to_string() } else { s.to_owned() }
     }
 
+    /// A finished task's state as people read it
+    /// ([`crate::event::TaskEnd::shown_state`]),
+    /// coloured by what it means.
+    pub fn end_state(&self, end: &crate::event::TaskEnd) -> String {
+        match end.shown_state() {
+            "interrupted" => self.yellow("interrupted"),
+            _ => self.state(end.state()),
+        }
+    }
+
     /// A task's state, coloured by what it means.
     pub fn state(&self, state: crate::event::TaskState) -> String {
         use crate::event::TaskState;

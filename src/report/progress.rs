@@ -17,7 +17,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle, TermLike};
 
 use crate::cli::OutputLogs;
 use crate::event::{Event, Events, TaskEnd, TaskState};
@@ -62,6 +62,8 @@ enum Msg {
         usd: f64,
     },
     Finished(Box<TaskEnd>),
+    /// The `n`-th Ctrl-C.
+    Interrupted(usize),
     /// Everything is said: clear the bars and end.
     Stop,
 }
@@ -98,6 +100,15 @@ impl Reporter {
             };
             let _ = tx.send(msg);
         })
+    }
+
+    /// What tells the reporter of the `n`-th Ctrl-C (from another thread:
+    /// it says at once what cassist does about it).
+    pub fn interrupts(&self) -> impl Fn(usize) + Send + 'static {
+        let tx = self.tx.clone();
+        move |n| {
+            let _ = tx.send(Msg::Interrupted(n));
+        }
     }
 
     /// A task ended.
@@ -138,7 +149,8 @@ struct Screen {
 impl Screen {
     fn new(out: Output, style: Style, total: usize, logs: OutputLogs) -> Screen {
         let (multi, overall) = if style == Style::Bars {
-            let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(10));
+            let target = ProgressDrawTarget::term_like_with_hz(Box::new(Stderr::default()), 10);
+            let multi = MultiProgress::with_draw_target(target);
             let overall = multi.add(ProgressBar::new(total as u64));
             // --color and NO_COLOR decide for the bars too.
             let template = if out.color_err {
@@ -189,6 +201,7 @@ impl Screen {
                     self.update_overall();
                 }
                 Msg::Finished(r) => self.finished(&r),
+                Msg::Interrupted(n) => self.interrupted(n),
                 Msg::Stop => break,
             }
         }
@@ -213,35 +226,34 @@ impl Screen {
         let attempt_text = if attempt > 0 { format!(" (attempt {attempt})") } else { String::new() };
         let detail_text = if detail.is_empty() { String::new() } else { format!(": {detail}") };
         let text = printable(&format!("{phase}{attempt_text}{detail_text}")).into_owned();
-        match self.style {
-            Style::Quiet => {}
-            Style::Lines => crate::errln!("{} {task}: {text}", self.counter()),
-            Style::Bars => {
-                let multi = self.multi.clone();
-                let template = if self.out.color_err {
-                    "{spinner:.green} {prefix:.bold} {msg} [{elapsed}]"
-                } else {
-                    "{spinner} {prefix} {msg} [{elapsed}]"
-                };
-                let entry = self.running.entry(task.to_owned()).or_insert_with(|| Running {
-                    bar: multi.map(|m| {
-                        let bar = m.add(ProgressBar::new_spinner());
-                        bar.set_style(
-                            ProgressStyle::with_template(template)
-                                .unwrap_or_else(|_| ProgressStyle::default_spinner())
-                                .with_key("elapsed", elapsed),
-                        );
-                        bar.set_prefix(task.to_owned());
-                        bar.enable_steady_tick(Duration::from_millis(120));
-                        bar
-                    }),
-                    cost: 0.0,
-                    phase: String::new(),
-                });
-                entry.phase = text;
-                self.redraw(task);
-            }
+        if self.style == Style::Lines {
+            crate::errln!("{} {task}: {text}", self.counter());
         }
+        // Every style counts the running tasks (Ctrl-C says how many it
+        // stops); bars draw them.
+        let multi = self.multi.clone();
+        let template = if self.out.color_err {
+            "{spinner:.green} {prefix:.bold} {wide_msg} [{elapsed}]"
+        } else {
+            "{spinner} {prefix} {wide_msg} [{elapsed}]"
+        };
+        let entry = self.running.entry(task.to_owned()).or_insert_with(|| Running {
+            bar: multi.map(|m| {
+                let bar = m.add(ProgressBar::new_spinner());
+                bar.set_style(
+                    ProgressStyle::with_template(template)
+                        .unwrap_or_else(|_| ProgressStyle::default_spinner())
+                        .with_key("elapsed", elapsed),
+                );
+                bar.set_prefix(task.to_owned());
+                bar.enable_steady_tick(Duration::from_millis(120));
+                bar
+            }),
+            cost: 0.0,
+            phase: String::new(),
+        });
+        entry.phase = text;
+        self.redraw(task);
     }
 
     fn redraw(&self, task: &str) {
@@ -249,7 +261,11 @@ impl Screen {
             && let Some(bar) = &r.bar
         {
             let cost = if r.cost > 0.0 { format!(" ${:.2}", r.cost) } else { String::new() };
-            bar.set_message(crate::text::truncate(&format!("{}{cost}", r.phase), 120).into_owned());
+            // The line fits the terminal: the spinner, the name, the
+            // message and the elapsed time (` [59m59s]` at most).
+            let used = 2 + crate::report::table::visible_width(task) + 1 + 9;
+            let room = usize::from(Stderr::default().width()).saturating_sub(used).min(120);
+            bar.set_message(crate::text::truncate(&format!("{}{cost}", r.phase), room).into_owned());
         }
     }
 
@@ -261,6 +277,25 @@ impl Screen {
                 let _ = m.println(format!("{task}: {message}"));
             }
             _ => crate::errln!("{} {task}: {message}", self.counter()),
+        }
+    }
+
+    /// The `n`-th Ctrl-C: said at once, above the bars, which go on
+    /// ticking while the agents stop.
+    fn interrupted(&self, n: usize) {
+        let message = match (n, self.running.len()) {
+            (1, 0) => "stopping… (Ctrl-C again to stop at once)".to_owned(),
+            (1, 1) => "stopping 1 agent… (Ctrl-C again to stop at once)".to_owned(),
+            (1, agents) => format!("stopping {agents} agents… (Ctrl-C again to stop at once)"),
+            _ => "stopping at once".to_owned(),
+        };
+        match &self.multi {
+            // Redrawn under it: what the terminal's echo of `^C` did to
+            // the bars is gone.
+            Some(m) => {
+                let _ = m.println(message);
+            }
+            None => crate::errln!("{message}"),
         }
     }
 
@@ -292,6 +327,63 @@ impl Screen {
             None => print_finished(&self.out, end, self.logs),
         }
         self.update_overall();
+    }
+}
+
+/// Where the bars are drawn: stderr, as a terminal two columns narrower
+/// than it is. Indicatif pads its last line to the terminal's width,
+/// leaving the cursor where anything typed wraps to a new line; the
+/// terminal's echo of Ctrl-C (`^C`) would then push the bars down a line
+/// and leave a stale copy of them above. Two free columns take the echo
+/// (and the next redraw clears it).
+#[derive(Debug)]
+struct Stderr(console::Term);
+
+impl Default for Stderr {
+    fn default() -> Stderr {
+        Stderr(console::Term::buffered_stderr())
+    }
+}
+
+impl TermLike for Stderr {
+    fn width(&self) -> u16 {
+        self.0.size().1.saturating_sub(2).max(1)
+    }
+
+    fn height(&self) -> u16 {
+        self.0.size().0
+    }
+
+    fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_up(n)
+    }
+
+    fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_down(n)
+    }
+
+    fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_right(n)
+    }
+
+    fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_left(n)
+    }
+
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.0.write_line(s)
+    }
+
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.0.write_str(s)
+    }
+
+    fn clear_line(&self) -> std::io::Result<()> {
+        self.0.clear_line()
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        self.0.flush()
     }
 }
 
@@ -331,13 +423,13 @@ pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
         }
         return;
     }
-    let state = out.state(r.state);
+    let state = out.end_state(end);
     let mut line = format!("{} {state} in {}", r.name, crate::text::duration_ms(r.duration_ms));
     if !r.changed_files.is_empty() && r.state.is_success() {
         let files = printable(&r.changed_files.join(", ")).into_owned();
         line.push_str(&format!(", integrated {} file(s): {files}", r.changed_files.len()));
     }
-    if let Some(reason) = &r.reason {
+    if let Some(reason) = r.reason.as_ref().filter(|_| !end.interrupted) {
         line.push_str(&format!(": {}", printable(reason)));
     }
     crate::outln!("{line}");

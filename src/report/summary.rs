@@ -35,10 +35,11 @@ pub fn print(out: &Output, ends: &[TaskEnd], run_dir: &Path) {
 /// task, after a blank line.
 fn print_table(out: &Output, ends: &[TaskEnd]) {
     let mut table = Table::new(&["TASK", "STATE", "AGENT", "ATTEMPTS", "TIME", "COST"]);
-    for r in ends.iter().map(|e| &e.report) {
+    for e in ends {
+        let r = &e.report;
         table.row(vec![
             r.name.clone(),
-            out.state(r.state),
+            out.end_state(e),
             printable(&r.agent).into_owned(),
             r.attempts.to_string(),
             crate::text::duration_ms(r.duration_ms),

@@ -3,6 +3,10 @@
 
 use crate::event::TaskState;
 
+/// The reason of a task Ctrl-C stopped (its state stays `failed` in the
+/// report: SPEC 5's states).
+pub const INTERRUPTED: &str = "interrupted (Ctrl-C)";
+
 /// Why a task did not pass. The task's report is made from it in one
 /// place ([`super::Ending`]).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -39,7 +43,7 @@ impl Failure {
 
     /// Ctrl-C stopped the task.
     pub fn interrupted() -> Failure {
-        Failure { interrupted: true, ..Failure::failed("interrupted") }
+        Failure { interrupted: true, ..Failure::failed(INTERRUPTED) }
     }
 
     /// The same failure, with the end of the output that failed.
@@ -73,7 +77,7 @@ mod tests {
         let b = Failure::blocked("too big").with_tail("out").keeping_workspace();
         assert_eq!((b.state, b.tail.as_str(), b.keep_workspace), (TaskState::Blocked, "out", true));
         let i = Failure::interrupted();
-        assert_eq!((i.state, i.reason.as_str(), i.interrupted), (TaskState::Failed, "interrupted", true));
+        assert_eq!((i.state, i.reason.as_str(), i.interrupted), (TaskState::Failed, INTERRUPTED, true));
         assert!(Failure::failed("x").interrupted_if(true).interrupted);
     }
 }

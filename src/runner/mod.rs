@@ -162,7 +162,9 @@ impl Ending {
             }
             Err(f) => {
                 end.report.state = f.state;
-                end.report.reason = Some(f.reason);
+                // Whatever was running when Ctrl-C came, the task ends
+                // for that.
+                end.report.reason = Some(if f.interrupted { failure::INTERRUPTED.to_owned() } else { f.reason });
                 end.tail = f.tail;
                 end.interrupted = f.interrupted;
                 if let Some(mut ws) = workspace

@@ -12,8 +12,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::support::{
-    Cmd, Project, Test, assert_same_tree, names as task_names, processes_with, signal, task, unique_marker, wait_until,
-    wait_with_limit, workspaces_in,
+    Cmd, Key, Project, Test, assert_same_tree, names as task_names, processes_with, signal, task, unique_marker,
+    wait_until, wait_with_limit, workspaces_in,
 };
 
 /// One task of a test project: its name and what it depends on.
@@ -565,4 +565,68 @@ fn a_locked_run_into_a_closed_pipe_does_its_work_and_exits_3() {
         assert_eq!(task(&report, "a")["state"], "replayed");
         assert_eq!(task(&report, "b")["state"], "skipped");
     }
+}
+
+#[test]
+fn ctrl_c_on_a_terminal_says_what_it_stops_at_once_and_a_second_stops_at_once() {
+    let marker = unique_marker("tty-ctrl-c");
+    let tasks = "task \"alpha\" {\n    goal \"Hang.\"\n}\n\ntask \"beta\" {\n    goal \"Hang.\"\n}\n";
+    let p = Test::trusted()
+        .kdl("defaults {\n    agent \"hang\"\n}\n")
+        .agent("hang", "hang.sh", &[&marker], &[])
+        .tasks(tasks)
+        .git()
+        .build();
+    let before = p.tree();
+    let tmp = p.out().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let stopping = "stopping 2 agents… (Ctrl-C again to stop at once)";
+    let tty = p.cassist(&["run", "-j", "2"]).env("TERM", "xterm-256color").env("TMPDIR", &tmp).status(130).on_tty_keys(
+        30,
+        100,
+        &[
+            Key::WaitFor("alpha agent (attempt 1)"),
+            Key::WaitFor("beta agent (attempt 1)"),
+            Key::Sleep(Duration::from_millis(500)),
+            Key::Type("\u{3}"),
+            Key::WaitFor(stopping),
+            Key::Sleep(Duration::from_millis(1200)),
+            Key::Type("\u{3}"),
+            Key::WaitFor("stopping at once"),
+        ],
+    );
+    let show = |screen: &[String]| screen.join("\n");
+    // Said at once.
+    let said = tty.marks[4].1 - tty.marks[3].1;
+    assert!(said < 1.0, "`{stopping}` came {said:.2}s after Ctrl-C");
+    // While the agents stop, the bars keep ticking, drawn once: the
+    // terminal's `^C` left no stale copy of them.
+    let (then, now) = (tty.screen_at(4), tty.screen_at(5));
+    for screen in [&then, &now] {
+        let bars = screen.iter().filter(|l| l.starts_with("cassist [")).count();
+        assert_eq!(bars, 1, "the overall bar, once:\n{}", show(screen));
+        assert_eq!(screen.iter().filter(|l| l.contains(stopping)).count(), 1, "{}", show(screen));
+    }
+    let task_lines =
+        |s: &[String]| s.iter().filter(|l| l.contains(" alpha ") || l.contains(" beta ")).cloned().collect::<Vec<_>>();
+    assert_eq!(task_lines(&now).len(), 2, "{}", show(&now));
+    assert_ne!(task_lines(&then), task_lines(&now), "the bars stood still while stopping");
+    // The second Ctrl-C kills what still runs (they ignore SIGTERM: the
+    // grace would have taken 4.5 s more) and still cleans up.
+    let took = tty.seconds_after(6);
+    assert!(took < 3.0, "cassist ended {took:.2}s after the second Ctrl-C");
+    let end = tty.screen();
+    assert!(end.iter().any(|l| l.contains("stopping at once")), "{}", show(&end));
+    assert!(
+        !end.iter().any(|l| l.starts_with("cassist [") || l.contains("agent (attempt")),
+        "bars left:\n{}",
+        show(&end)
+    );
+    for t in ["alpha", "beta"] {
+        let row = end.iter().find(|l| l.starts_with(&format!("{t} "))).unwrap_or_else(|| panic!("{}", show(&end)));
+        assert!(row.contains(" interrupted "), "{row}");
+    }
+    assert!(processes_with(&marker).is_empty(), "processes left: {:?}", processes_with(&marker));
+    assert!(workspaces_in(&tmp).is_empty(), "workspaces left: {:?}", workspaces_in(&tmp));
+    assert_same_tree(&p.tree(), &before, "the user's tree changed");
 }

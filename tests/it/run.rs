@@ -635,16 +635,23 @@ task "second" {
     assert!(remaining.is_empty(), "workspaces left: {remaining:?}");
     assert_same_tree(&p.tree(), &before, "the user's tree changed");
 
+    // Said at once, and the stopped task shows as interrupted (the report
+    // keeps SPEC 5's `failed`, with the reason).
+    assert!(done.stderr.contains("stopping 1 agent… (Ctrl-C again to stop at once)"), "{}", done.transcript());
+    assert!(done.stdout.contains("first interrupted in "), "{}", done.transcript());
+    assert!(done.stdout.lines().any(|l| l.starts_with("first ") && l.contains(" interrupted ")), "{}", done.stdout);
+
     // The store is consistent: every report is whole, no temp file left.
     let report = done.report_json();
-    assert_eq!(report["tasks"][0]["reason"], "interrupted", "{report}");
+    assert_eq!(report["tasks"][0]["state"], "failed", "{report}");
+    assert_eq!(report["tasks"][0]["reason"], "interrupted (Ctrl-C)", "{report}");
     assert_eq!(report["tasks"][1]["state"], "skipped", "{report}");
     let files = files_under(&p.path().join(".cassist"));
     let reports: Vec<_> = files.iter().filter(|(p, _)| p.ends_with("report.json")).collect();
     assert!(!reports.is_empty(), "{files:?}");
     for (path, bytes) in reports {
         let r: Value = serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert_eq!(r["reason"], "interrupted", "{}", path.display());
+        assert_eq!(r["reason"], "interrupted (Ctrl-C)", "{}", path.display());
     }
     assert_no_temp_files(&p.path().join(".cassist"));
 }

@@ -240,6 +240,38 @@ impl Cmd {
         self.run_python(PTY, &["shell"])
     }
 
+    /// Runs it on a pseudo-terminal of `rows` × `cols` driven by `steps`,
+    /// as a user at the keyboard: each step waits for text, types, sleeps
+    /// or marks the moment ([`Key`]). Exits like cassist; what it wrote,
+    /// and where the output stood after each step, come back in a [`Tty`]
+    /// whose screens a terminal emulator (vt100) renders.
+    #[track_caller]
+    pub fn on_tty_keys(&self, rows: u16, cols: u16, steps: &[Key<'_>]) -> Tty {
+        let steps: Vec<serde_json::Value> = steps
+            .iter()
+            .map(|s| match s {
+                Key::WaitFor(t) => serde_json::json!(["wait", t]),
+                Key::Type(t) => serde_json::json!(["send", t]),
+                Key::Sleep(d) => serde_json::json!(["sleep", d.as_secs_f64()]),
+            })
+            .collect();
+        let size = [rows.to_string(), cols.to_string(), serde_json::Value::from(steps).to_string()];
+        let mut prefix = vec![OsStr::new("python3"), OsStr::new("-c"), OsStr::new(PTY_KEYS)];
+        prefix.extend(size.iter().map(OsStr::new));
+        let out = self.command_with(&prefix).output().expect("run python3");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let marks: Vec<(usize, f64)> = stderr
+            .lines()
+            .last()
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or_else(|| panic!("no marks from the pty driver:\n{stderr}"));
+        let tty = Tty { status: out.status, output: out.stdout, marks, rows, cols };
+        if let Some(code) = self.expect.status {
+            assert_eq!(tty.status.code(), Some(code), "exit code; the screen:\n{}", tty.screen().join("\n"));
+        }
+        tty
+    }
+
     /// `python3 -c SCRIPT ARGS... cassist ARGS`, checked as the command.
     #[track_caller]
     fn run_python(&self, script: &str, args: &[&str]) -> Output {
@@ -316,6 +348,101 @@ while True:
     out += chunk
 _, status = os.waitpid(pid, 0)
 sys.stdout.buffer.write(out)
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+
+/// One step of a user at a terminal ([`Cmd::on_tty_keys`]).
+pub enum Key<'a> {
+    /// Waits (at most a minute) until the terminal shows this text, since
+    /// the last key typed.
+    WaitFor(&'a str),
+    /// Types these characters (`"\x03"`: Ctrl-C).
+    Type(&'a str),
+    Sleep(Duration),
+}
+
+/// A command run on a pseudo-terminal by [`Cmd::on_tty_keys`].
+pub struct Tty {
+    pub status: ExitStatus,
+    /// Everything written to the terminal.
+    pub output: Vec<u8>,
+    /// After each step, then at the end: how many bytes had been written,
+    /// and the seconds since the start.
+    pub marks: Vec<(usize, f64)>,
+    rows: u16,
+    cols: u16,
+}
+
+impl Tty {
+    /// The screen's rows (right-trimmed) once `len` bytes were written.
+    pub fn screen_after(&self, len: usize) -> Vec<String> {
+        let size = |n: u16| std::num::NonZeroU16::new(n).expect("a terminal size");
+        let mut parser = vt100::Parser::new(size(self.rows), size(self.cols), 0);
+        parser.process(&self.output[..len]);
+        parser.screen().rows(0, self.cols).map(|r| r.trim_end().to_owned()).collect()
+    }
+
+    /// The screen after step `i` (0-based).
+    pub fn screen_at(&self, i: usize) -> Vec<String> {
+        self.screen_after(self.marks[i].0)
+    }
+
+    /// The screen at the end.
+    pub fn screen(&self) -> Vec<String> {
+        self.screen_after(self.output.len())
+    }
+
+    /// Seconds from step `i` to the end of the command.
+    pub fn seconds_after(&self, i: usize) -> f64 {
+        self.marks[self.marks.len() - 1].1 - self.marks[i].1
+    }
+}
+
+/// The driver of [`Cmd::on_tty_keys`]: `ROWS COLS STEPS PROGRAM ARGS...`.
+/// The program runs as the session leader of a new terminal of that size
+/// (with its line discipline: typed characters are echoed, Ctrl-C is a
+/// SIGINT to its foreground group). Prints all the terminal showed, and on
+/// stderr the marks as JSON.
+const PTY_KEYS: &str = r#"
+import fcntl, json, os, pty, select, struct, sys, termios, time
+rows, cols, steps, argv = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4:]
+pid, fd = pty.fork()
+if pid == 0:
+    fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    os.execv(argv[0], argv)
+t0 = time.monotonic()
+out = bytearray()
+alive = True
+def read(timeout):
+    global alive
+    if select.select([fd], [], [], timeout)[0]:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            alive = False
+        out.extend(chunk)
+since, marks = 0, []
+for op, arg in steps:
+    if op == "wait":
+        deadline = time.monotonic() + 60
+        while alive and arg.encode() not in out[since:] and time.monotonic() < deadline:
+            read(0.05)
+    elif op == "sleep":
+        end = time.monotonic() + arg
+        while alive and time.monotonic() < end:
+            read(max(0, end - time.monotonic()))
+    elif op == "send":
+        os.write(fd, arg.encode())
+        since = len(out)
+    marks.append((len(out), time.monotonic() - t0))
+while alive:
+    read(None)
+marks.append((len(out), time.monotonic() - t0))
+_, status = os.waitpid(pid, 0)
+sys.stdout.buffer.write(out)
+print(json.dumps(marks), file=sys.stderr)
 sys.exit(os.waitstatus_to_exitcode(status))
 "#;
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub use cmd::{Cmd, Output};
+pub use cmd::{Cmd, Key, Output};
 pub use project::{Project, Test, sh_agent_block};
 pub use sandbox::{Sandbox, sandbox_or_skip};
 
