@@ -80,6 +80,12 @@ pub enum Command {
     Cache(CacheCommand),
     /// Write a commented cassist.kdl and tasks/example.kdl.
     Init,
+    /// Write the bundled demo into a new folder and run it there.
+    Demo {
+        /// The folder to create (must be new or empty).
+        #[arg(value_name = "DIR", default_value = "cassist-demo")]
+        folder: PathBuf,
+    },
     /// Print a shell completion script.
     Completions { shell: clap_complete::Shell },
     /// Internal: run a command of a task in its sandbox (`sandbox::ExecSpec`).

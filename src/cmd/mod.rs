@@ -4,6 +4,7 @@
 mod agents;
 mod cache;
 mod check;
+mod demo;
 mod error;
 mod explain;
 mod init;
@@ -55,6 +56,7 @@ fn dispatch(command: Command, cwd: &Path, out: &Output) -> Result {
         Command::Agents => agents::run(cwd, out),
         Command::Cache(c) => cache::run(cwd, &c, out),
         Command::Init => init::run(cwd, out),
+        Command::Demo { folder } => demo::run(cwd, &folder, out),
         Command::SandboxExec { .. } | Command::SandboxProbe { .. } | Command::ApplyChanges { .. } => {
             unreachable!("the hidden helpers are run before any command")
         }

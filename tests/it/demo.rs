@@ -2,7 +2,7 @@
 //! `cassist.kdl`, `tasks/` and `fixtures/` passes every task with the
 //! scripted demo agent and integrates its changes.
 
-use crate::support::{Project, Test, copy_tree, map, repo, task};
+use crate::support::{Project, Test, assert_same_tree, copy_tree, map, repo, snapshot, task};
 
 /// A copy of the bundled demo: `cassist.kdl`, `tasks/`, `fixtures/demo`
 /// and the demo agent.
@@ -127,4 +127,58 @@ fn prompt_shows_what_the_agent_got_with_the_findings_of_its_dependency() {
     p.edit("tasks/survey.kdl", "in a few lines.", "in a few short lines.");
     let again = "(the final message of `survey-textkit` goes here once it has run again: its inputs changed)";
     assert!(prompt().contains(again), "{}", prompt());
+}
+
+/// `cassist demo DIR` (README quick start): the demo written into a new
+/// folder from the copy embedded in the binary, run there, then where it
+/// is and what to try next.
+#[test]
+fn cassist_demo_writes_the_demo_into_a_new_folder_and_runs_it() {
+    let base = Test::new().build();
+    let run = base.cassist(&["demo", "my-demo"]).exec();
+    assert!(run.stdout.contains("3 of 3 task(s) passed"), "{}", run.transcript());
+    for name in DEMO_TASKS {
+        assert!(run.stdout.contains(name), "{}", run.stdout);
+    }
+    for hint in
+        ["The demo is in my-demo", "cd my-demo", "cassist plan", "cassist prompt add-slugify", "cassist explain"]
+    {
+        assert!(run.stdout.contains(hint), "{hint}: {}", run.stdout);
+    }
+    // The agent's changes are in the demo folder.
+    let demo = base.path().join("my-demo");
+    let text = std::fs::read_to_string(demo.join("fixtures/demo/textkit/text.py")).unwrap();
+    assert!(text.contains("def slugify(") && text.contains("def truncate("), "{text}");
+    assert!(demo.join("fixtures/demo/tests/test_slugify.py").exists());
+    // Run again from inside it: nothing left to run.
+    let json = base.cassist(&["-C", "my-demo", "plan", "--json"]).exec().json();
+    for name in DEMO_TASKS {
+        assert_eq!(task(&json, name)["state"], "up-to-date", "{json:#}");
+    }
+
+    // A folder that is not empty is refused, and nothing is written.
+    for dir in ["my-demo", "other"] {
+        base.file("other/notes.txt", "mine\n");
+        let before = snapshot(base.path(), &[]);
+        base.cassist(&["demo", dir]).status(2).stderr_has("is not empty").stdout("").exec();
+        assert_same_tree(&snapshot(base.path(), &[]), &before, "a refused demo");
+    }
+}
+
+/// The README's quick start is the two commands, and CI (`.ci/run`) runs
+/// exactly its test command.
+#[test]
+fn the_readme_quick_start_is_two_commands_and_ci_runs_its_test_command() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let quick = &readme[readme.find("## Quick start").expect("a quick start")..];
+    let block = quick.split("```sh\n").nth(1).and_then(|b| b.split("```").next()).expect("a sh block");
+    let commands: Vec<&str> = block.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(commands, ["cargo install --locked --path . && cassist demo", "cargo test --locked"], "{block}");
+    assert!(quick.contains("7 minutes") && quick.contains("git clone") && quick.contains("cd cassist-demo"));
+    let ci = std::fs::read_to_string(repo().join(".ci/run")).unwrap();
+    let last = ci.lines().rev().find(|l| !l.trim().is_empty() && !l.starts_with('#')).unwrap();
+    assert_eq!(last, format!("CASSIST_REQUIRE_SANDBOX=1 {}", commands[1]), "the last command of .ci/run");
+    // `cassist demo` in a clone leaves the clone clean.
+    let ignore = std::fs::read_to_string(repo().join(".gitignore")).unwrap();
+    assert!(ignore.lines().any(|l| l == "/cassist-demo/"), "{ignore}");
 }
