@@ -86,7 +86,7 @@ pub enum Command {
         #[arg(value_name = "DIR", default_value = "cassist-demo")]
         folder: PathBuf,
     },
-    /// Print a shell completion script.
+    /// Print a shell completion script (it completes task names too).
     Completions { shell: clap_complete::Shell },
     /// Internal: run a command of a task in its sandbox (`sandbox::ExecSpec`).
     #[command(name = "__sandbox-exec", hide = true)]

@@ -140,6 +140,8 @@ use clap::Parser;
 /// Runs the command line and returns the process exit code: the one
 /// place a command's error is printed and mapped to its code.
 pub fn main_entry() -> i32 {
+    // A shell asking what to complete (the scripts of `cassist completions`).
+    cmd::answer_shell();
     let (out, result) = match cli::Cli::try_parse() {
         Ok(cli::Cli { dir, color, quiet, verbose, command }) => match command {
             // The sandbox wrapper must stay single-threaded: it execs (or

@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use crate::process;
 
-/// The program a built-in agent runs, and how to install it.
+/// The program a built-in agent runs, and the shell line that installs it
+/// (a whole command, to paste: the npm packages of AGENT-CLIS.md).
 pub fn builtin_program(name: &str) -> Option<(&'static str, &'static str)> {
     Some(match name {
         "claude" => ("claude", "npm install -g @anthropic-ai/claude-code"),
         "codex" => ("codex", "npm install -g @openai/codex"),
-        "droid" => ("droid", "npm install -g droid (Factory Droid)"),
+        "droid" => ("droid", "npm install -g droid"),
         "gemini" => ("gemini", "npm install -g @google/gemini-cli"),
         _ => return None,
     })

@@ -98,6 +98,7 @@ pub fn run(cwd: &Path, out: &Output) -> Result {
                 }
             }
             (Some(p), _) => out.green(&p.display().to_string()),
+            (None, "built-in") => out.yellow("not found"),
             (None, _) => out.yellow(&format!("not found ({})", r.hint)),
         };
         table.row(vec![
@@ -110,5 +111,13 @@ pub fn run(cwd: &Path, out: &Output) -> Result {
         ]);
     }
     crate::out!("{}", table.render(|h| out.dim(h)));
+    // How to install the missing CLIs: whole lines, to paste into a shell.
+    let missing: Vec<&Row> = rows.iter().filter(|r| r.kind == "built-in" && r.found.is_none()).collect();
+    if !missing.is_empty() {
+        crate::outln!("\nTo install a missing CLI, run its line:");
+        for r in missing {
+            crate::outln!("  {}", r.hint);
+        }
+    }
     Ok(())
 }

@@ -4,6 +4,7 @@
 mod agents;
 mod cache;
 mod check;
+mod complete;
 mod demo;
 mod error;
 mod explain;
@@ -14,6 +15,7 @@ mod run;
 
 use std::path::Path;
 
+pub use complete::answer_shell;
 pub use error::Error;
 
 use crate::cli::{Command, TaskArgs};
@@ -60,13 +62,7 @@ fn dispatch(command: Command, cwd: &Path, out: &Output) -> Result {
         Command::SandboxExec { .. } | Command::SandboxProbe { .. } | Command::ApplyChanges { .. } => {
             unreachable!("the hidden helpers are run before any command")
         }
-        Command::Completions { shell } => {
-            let mut cmd = <crate::cli::Cli as clap::CommandFactory>::command();
-            let mut buf = Vec::new();
-            clap_complete::generate(shell, &mut cmd, "cassist", &mut buf);
-            crate::out!("{}", String::from_utf8_lossy(&buf));
-            Ok(())
-        }
+        Command::Completions { shell } => complete::print_script(shell),
     }
 }
 

@@ -21,8 +21,13 @@ pub fn resolve(config: &ProjectConfig, root: &std::path::Path, agent: &str) -> R
         }
     }
     if found.is_empty() {
+        // The task's own agent, or each agent of its `try` chain.
+        let what = match config.agents.get(agent).map(|a| &a.def) {
+            Some(crate::spec::CustomAgentDef::Try(_)) => format!("no agent of the `try` chain `{agent}` is available"),
+            _ => format!("the task's agent `{agent}` is not available"),
+        };
         return Err(Failure::failed(format!(
-            "sub-agent unavailable: {}; install it, or choose another agent with `agent` in the task, --agent or CASSIST_AGENT (`cassist agents` lists them)",
+            "{what}: {}; install it, or choose another agent with `agent` in the task, --agent or CASSIST_AGENT (`cassist agents` lists them)",
             missing.join("; ")
         )));
     }
@@ -32,7 +37,7 @@ pub fn resolve(config: &ProjectConfig, root: &std::path::Path, agent: &str) -> R
 fn describe_missing(name: &str, inv: &Invocation) -> String {
     let program = inv.argv.first().map(String::as_str).unwrap_or("");
     match crate::agent::builtin_program(name) {
-        Some((_, hint)) => format!("`{name}` is not installed (`{program}` is not on PATH; {hint})"),
+        Some((_, hint)) => format!("`{name}` is not installed (`{program}` is not on PATH; install it with `{hint}`)"),
         None => format!("custom agent `{name}`: `{program}` was not found (check its `command` in cassist.kdl)"),
     }
 }
@@ -75,7 +80,7 @@ impl TaskContext<'_> {
         let gone = self.agents.remove(0);
         let Some(next) = self.agents.first() else {
             return Err(Failure::failed(format!(
-                "sub-agent unavailable: `{}` could not be started ({why}); install it or choose another agent",
+                "the agent `{}` could not be started ({why}); install it or choose another agent",
                 gone.name
             )));
         };

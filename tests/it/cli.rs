@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::path::Path;
 use std::process::Stdio;
 
 use serde_json::Value;
@@ -504,15 +505,28 @@ fn agents_lists_builtin_and_custom_agents() {
     let p = Test::new().file("cassist.kdl", AGENTS_CONFIG).build();
     let empty = tempfile::tempdir().unwrap();
     let out = p.cassist(&["agents"]).env("PATH", empty.path()).exec().stdout;
-    let first: Vec<&str> = out.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    let (table, install) = out.split_once("\n\n").unwrap_or((&out, ""));
+    let first: Vec<&str> = table.lines().filter_map(|l| l.split_whitespace().next()).collect();
     assert_eq!(first, ["AGENT", "claude", "codex", "droid", "gemini", "aider", "fast"], "{out}");
+    // Each missing CLI's install command on a line of its own, whole, to
+    // paste into a shell: the npm packages of AGENT-CLIS.md.
+    let lines: Vec<&str> = install.lines().skip(1).map(str::trim).collect();
+    assert_eq!(
+        lines,
+        [
+            "npm install -g @anthropic-ai/claude-code",
+            "npm install -g @openai/codex",
+            "npm install -g droid",
+            "npm install -g @google/gemini-cli",
+        ],
+        "{out}"
+    );
     for name in ["claude", "codex", "droid", "gemini"] {
         let row = agent_row(&out, name);
         assert!(row.contains("built-in"), "{row}");
         assert!(row.contains("not found"), "{row}");
         assert!(row.trim_end().ends_with('-'), "no version expected: {row}");
     }
-    assert!(agent_row(&out, "claude").contains("npm install -g @anthropic-ai/claude-code"));
     let aider = agent_row(&out, "aider");
     assert!(aider.contains("custom") && aider.contains("not found"), "{aider}");
     let fast = agent_row(&out, "fast");
@@ -607,17 +621,61 @@ fn a_second_init_changes_nothing() {
 // ---------------------------------------------------------------------------
 // completions and usage errors
 
+/// What bash completes for `words` (the last one being completed) in the
+/// project, through the script of `cassist completions bash`, sourced in a
+/// real bash that finds `cassist` on its PATH: the whole protocol.
+fn bash_completes(p: &Project, words: &[&str]) -> Vec<String> {
+    let bin = Path::new(crate::support::CASSIST).parent().unwrap();
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let script = format!(
+        "source <(cassist completions bash) || exit 9\n\
+         COMP_WORDS=(cassist {words}); COMP_CWORD={cword}; COMP_TYPE=9\n\
+         _clap_complete_cassist cassist {current} {previous}\n\
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
+        words = quoted.join(" "),
+        cword = words.len(),
+        current = quoted.last().unwrap(),
+        previous = if words.len() > 1 { quoted[words.len() - 2].clone() } else { "cassist".to_owned() },
+    );
+    let out = std::process::Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", &script])
+        .current_dir(p.path())
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("HOME", p.path())
+        .output()
+        .expect("bash");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect()
+}
+
 #[test]
-fn completions_print_a_script() {
-    let p = Test::new().build();
-    let script = p.cassist(&["completions", "bash"]).stdout_has("_cassist()").stdout_has("complete -F _cassist").exec();
-    for sub in ["check", "plan", "prompt", "explain", "agents", "init", "completions"] {
-        assert!(script.stdout.contains(sub), "bash completion lacks {sub}");
+fn completions_complete_subcommands_and_task_names() {
+    let p = Test::new()
+        .tasks(
+            "task \"add-slugify\" {\n    goal \"a\"\n}\ntask \"add-truncate\" {\n    goal \"b\"\n}\ntask \"survey-textkit\" {\n    goal \"c\"\n}\n",
+        )
+        .build();
+    p.cassist(&["completions", "bash"]).stdout_has("complete -o nospace").stdout_has("CASSIST_COMPLETE").exec();
+    let subcommands = bash_completes(&p, &[""]);
+    for sub in ["run", "check", "plan", "prompt", "explain", "agents", "init", "demo", "completions"] {
+        assert!(subcommands.iter().any(|s| s == sub), "{sub} in {subcommands:?}");
     }
+    assert!(!subcommands.iter().any(|s| s.starts_with("__")), "hidden helpers are not offered: {subcommands:?}");
+    // Task names of the project, after `prompt`, `explain` and `--filter`.
+    assert_eq!(bash_completes(&p, &["prompt", "add-"]), ["add-slugify", "add-truncate"]);
+    assert_eq!(bash_completes(&p, &["explain", "sur"]), ["survey-textkit"]);
+    assert_eq!(bash_completes(&p, &["run", "--filter", "add-t"]), ["add-truncate"]);
+    // A task file with an error elsewhere still names its tasks.
+    p.file("tasks/t.kdl", "task \"add-slugify\" {\n    goal \"a\"\n    timeout \"1.5m\"\n}\n");
+    assert_eq!(bash_completes(&p, &["prompt", "add"]), ["add-slugify"]);
+
     let zsh = p.cassist(&["completions", "zsh"]).exec();
     assert!(zsh.stdout.starts_with("#compdef cassist"), "{}", zsh.stdout);
-    p.cassist(&["completions", "fish"]).stdout_has("complete -c cassist").exec();
+    p.cassist(&["completions", "fish"]).stdout_has("complete --keep-order --exclusive --command cassist").exec();
     p.cassist(&["completions", "tcsh"]).status(2).stderr_has("invalid value 'tcsh'").exec();
+    // Completing writes nothing into the project.
+    assert!(!p.exists(".cassist"));
 }
 
 #[test]

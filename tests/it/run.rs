@@ -692,12 +692,18 @@ fn task_whose_agent_is_not_installed_fails_naming_it() {
         .file("src/hello.txt", "old\n")
         .build();
     let before = p.tree();
-    let done = p.run(&[]).status(1).stdout_has("sub-agent unavailable").exec();
+    // The task's own agent is not a "sub-agent" (issue 14, item 12).
+    let done = p
+        .run(&[])
+        .status(1)
+        .stdout_has("the task's agent `missing-agent` is not available")
+        .stdout_lacks("sub-agent")
+        .exec();
     let t = done.task("add-hello");
     assert_eq!(t["state"], "failed");
     assert_eq!(t["attempts"], 0);
     let reason = t["reason"].as_str().unwrap();
-    assert!(reason.contains("sub-agent unavailable"), "{reason}");
+    assert!(reason.contains("the task's agent `missing-agent` is not available"), "{reason}");
     assert!(reason.contains("missing-agent") && reason.contains("cassist-no-such-program"), "{reason}");
     assert_same_tree(&p.tree(), &before, "the user's tree changed");
 }
