@@ -561,6 +561,10 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
         limits: hash::LimitsKey::of(&config.limits),
     };
     let project_hash = hash_json(&project_key);
+    // What a task that never runs the project's tests and build sees of
+    // the project: `setup` runs for every task, `test` and `build` only
+    // for those of [`PlannedTask::runs_project_checks`].
+    let project_hash_without_checks = hash_json(&ProjectKey { test: Vec::new(), build: Vec::new(), ..project_key });
 
     let instruction_inputs: Vec<Input> = instructions
         .iter()
@@ -573,7 +577,13 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
     })?;
     let store = crate::store::Store::open(&project.root);
     timing("read lock");
-    let hashing = Hashing { template_name: template.0.clone(), template_hash, project_hash, versions };
+    let hashing = Hashing {
+        template_name: template.0.clone(),
+        template_hash,
+        project_hash,
+        project_hash_without_checks,
+        versions,
+    };
     let mut planned: Vec<PlannedTask> = Vec::with_capacity(tasks.len());
     // What each planned task hands its dependents: its recorded output
     // (patch hash) when it will not run, else its input hash.
@@ -696,7 +706,11 @@ pub fn unusable_warning(task: &str, why: &str) -> SpecDiagnostic {
 pub struct Hashing {
     pub template_name: String,
     pub template_hash: String,
+    /// The project's commands and limits (for the tasks that run its
+    /// tests and build).
     pub project_hash: String,
+    /// The same without `test` and `build` (for the tasks that do not).
+    pub project_hash_without_checks: String,
     pub versions: HashMap<String, Option<String>>,
 }
 
@@ -713,12 +727,13 @@ impl Hashing {
         outputs: &HashMap<String, String>,
     ) {
         let agent_key = agent_key(config, &t.agent, &self.versions);
+        let project_hash = if t.runs_project_checks() { &self.project_hash } else { &self.project_hash_without_checks };
         let mut inputs = vec![
             Input { kind: "spec", name: t.task.name.clone(), hash: hash_json(&t.key.spec) },
             Input { kind: "agent", name: t.agent.clone(), hash: hash_json(&agent_key) },
             Input { kind: "sandbox", name: t.sandbox.to_string(), hash: hash_bytes(t.sandbox.as_str().as_bytes()) },
             Input { kind: "template", name: self.template_name.clone(), hash: self.template_hash.clone() },
-            Input { kind: "project", name: "commands".to_owned(), hash: self.project_hash.clone() },
+            Input { kind: "project", name: "commands".to_owned(), hash: project_hash.clone() },
         ];
         inputs.extend(instructions.iter().cloned());
         inputs.extend(context);
@@ -896,6 +911,21 @@ pub fn load_and_plan(cwd: &Path, opts: &LoadOptions) -> Result<Plan, Vec<SpecDia
 impl PlannedTask {
     pub fn kind(&self) -> Kind {
         self.task.kind
+    }
+
+    /// A read-only kind (`explore`, `review`) or sandbox: it may change no
+    /// file, and any change it makes is rejected.
+    pub fn read_only(&self) -> bool {
+        self.task.kind.is_read_only() || self.sandbox == SandboxLevel::ReadOnly
+    }
+
+    /// Whether the task runs the project's `test` commands (after its
+    /// acceptance) and `build` (after integrating its change): only a task
+    /// that may change files does. The runner asks this before running
+    /// them, and the input hash holds those commands only when it is true
+    /// (`setup` runs for every task and is in every hash).
+    pub fn runs_project_checks(&self) -> bool {
+        !self.read_only()
     }
 
     /// This task's end before anything happened: `skipped`, nothing done.

@@ -57,9 +57,9 @@ impl TaskContext<'_> {
     }
 
     /// The acceptance commands with their timeouts, then the project's
-    /// tests unless the task is read-only.
+    /// tests if the task runs them (the rule its hash follows too).
     fn acceptance_commands(&self) -> Vec<(String, Option<Duration>)> {
-        let tests = if self.read_only { Vec::new() } else { self.runner.plan.project.test_commands() };
+        let tests = if self.t.runs_project_checks() { self.runner.plan.project.test_commands() } else { Vec::new() };
         let own = self.t.task.acceptance.iter().map(|a| (a.run.value.clone(), a.timeout));
         own.chain(tests.into_iter().map(|c| (c, None))).collect()
     }

@@ -81,7 +81,7 @@ impl<'a> TaskContext<'a> {
             ws,
             agents,
             base_env: invoke::environment(&[], &[("TMPDIR".into(), tmp.into())]),
-            read_only: t.task.kind.is_read_only() || t.sandbox == crate::spec::SandboxLevel::ReadOnly,
+            read_only: t.read_only(),
             facts,
             iteration: 1,
             feedback: None,

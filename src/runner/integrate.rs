@@ -90,8 +90,9 @@ impl TaskContext<'_> {
         };
         let after = self.hashed_after();
         // The build checks the integrated tree (nothing to build without
-        // a change).
-        if open.is_some() && !self.runner.plan.project.config.build.is_empty() {
+        // a change), for a task that runs the project's checks (the rule
+        // its hash follows too).
+        if open.is_some() && self.t.runs_project_checks() && !self.runner.plan.project.config.build.is_empty() {
             failpoint::hit("build-start");
             let built = self.build();
             self.ws.end_scratch();

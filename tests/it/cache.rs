@@ -810,6 +810,56 @@ fn explain_names_the_change() {
 }
 
 // ---------------------------------------------------------------------------
+// The project's test and build commands (issue 14)
+
+/// A code task, an explore and a review task (their agent writes only for
+/// the code task), with `setup`, `test` and `build` commands that pass.
+fn checks_project() -> Project {
+    let agent = "if [ \"$CASSIST_TASK\" = write ]; then echo written > out.txt; fi; \
+                 echo '{\"success\": true, \"summary\": \"done\"}' > \"$CASSIST_RESULT_FILE\"";
+    let tasks = "task \"write\" {\n    goal \"Write out.txt.\"\n}\n\
+                 task \"look\" {\n    goal \"Look around.\"\n    kind \"explore\"\n}\n\
+                 task \"check\" {\n    goal \"Review it.\"\n    kind \"review\"\n}\n";
+    Test::new()
+        .outside_tmp()
+        .config("trust \"workspace-write\"\nsetup \"true\"\ntest \"true\"\nbuild \"true\"\ndefaults {\n    agent \"a\"\n}\n")
+        .sh_agent("a", agent)
+        .tasks(tasks)
+        .git()
+        .build()
+}
+
+#[test]
+fn a_changed_test_or_build_command_runs_only_the_tasks_that_run_it() {
+    let p = checks_project();
+    let done = p.run(&[]).exec();
+    let passed = states(&[("check", "passed"), ("look", "passed"), ("write", "passed")]);
+    assert_eq!(done.states(), passed, "{}", done.transcript());
+    assert_eq!(p.read("out.txt"), "written\n");
+    let up_to_date = states(&[("check", "up-to-date"), ("look", "up-to-date"), ("write", "up-to-date")]);
+    assert_eq!(plan_states(&p), up_to_date);
+    // The code task runs the tests and the build; the explore and review
+    // tasks run neither.
+    let code_only = states(&[("check", "up-to-date"), ("look", "up-to-date"), ("write", "run")]);
+    for (from, to) in [("test \"true\"", "test \"true && true\""), ("build \"true\"", "build \"true && true\"")] {
+        p.edit("cassist.kdl", from, to);
+        assert_eq!(plan_states(&p), code_only, "{to}");
+        let why = explain(&p, "write");
+        assert!(why.contains("project config (setup, test, build commands or limits) changed"), "{why}");
+        p.edit("cassist.kdl", to, from);
+    }
+    // `setup` runs for every task.
+    p.edit("cassist.kdl", "setup \"true\"", "setup \"true && true\"");
+    assert_eq!(plan_states(&p), states(&[("check", "run"), ("look", "run"), ("write", "run")]));
+    p.edit("cassist.kdl", "setup \"true && true\"", "setup \"true\"");
+    // And `run` agrees with `plan`.
+    p.edit("cassist.kdl", "test \"true\"", "test \"true && true\"");
+    let done = p.run(&[]).exec();
+    let states_now = states(&[("check", "up-to-date"), ("look", "up-to-date"), ("write", "passed")]);
+    assert_eq!(done.states(), states_now, "{}", done.transcript());
+}
+
+// ---------------------------------------------------------------------------
 // Two processes, a killed process
 
 #[test]
