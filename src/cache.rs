@@ -125,7 +125,7 @@ pub fn apply_changes(spec: &Path) -> Result<(), String> {
 /// Why `t` is in its state: the inputs that differ from what the lock
 /// recorded, in words ("goal changed", "src/text.py changed",
 /// "dependency text-module changed", "agent claude 1.2 → 1.3",
-/// "template changed").
+/// "model claude-sonnet-4-5 → claude-opus-4-1", "template changed").
 pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
     let c = &t.cached;
     let replays = match c.after_replay_of.as_slice() {
@@ -221,11 +221,19 @@ pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
             .collect()
     };
     let (a, b) = (by(&old), by(&t.key));
+    // The model asked for: one input named by the model, absent for the
+    // CLI's own default.
+    let model = |m: &BTreeMap<(String, String), String>| m.keys().find(|(k, _)| k == "model").map(|(_, n)| n.clone());
+    let (old_model, new_model) = (model(&a), model(&b));
+    if old_model != new_model {
+        let name = |m: Option<String>| m.unwrap_or_else(|| "default".to_owned());
+        reasons.push(format!("model {} → {}", name(old_model), name(new_model)));
+    }
     // The files a task integrated are its own output: compare them with
     // the after-state instead (they are expected to differ from before).
     let own: std::collections::HashSet<&str> =
         if after { Default::default() } else { entry.changes.iter().map(|c| c.path.as_str()).collect() };
-    for ((kind, name), hash) in &b {
+    for ((kind, name), hash) in b.iter().filter(|((k, _), _)| k != "model") {
         match a.get(&(kind.clone(), name.clone())) {
             Some(h) if h == hash => {}
             Some(_) if (kind == "context" || kind == "reference") && own.contains(name.as_str()) => {
@@ -279,6 +287,7 @@ fn key_from_json(v: &serde_json::Value) -> Option<crate::plan::hash::InputKey> {
             let kind: &'static str = match i["kind"].as_str()? {
                 "spec" => "spec",
                 "agent" => "agent",
+                "model" => "model",
                 "sandbox" => "sandbox",
                 "template" => "template",
                 "project" => "project",

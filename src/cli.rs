@@ -250,6 +250,10 @@ pub struct TaskArgs {
     /// Agent for every task that names none.
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
+    /// Model for every task that names none (else `defaults { model }`,
+    /// else the agent CLI's own default).
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
 }
 
 #[cfg(test)]

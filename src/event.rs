@@ -142,6 +142,9 @@ pub struct TaskEnd {
     /// Not run because `--locked` refused it: it needs an agent. `skipped`
     /// in the report (SPEC 5's states), a failure in JUnit: the run fails.
     pub refused: bool,
+    /// The model the agent was told to use (`None`: the CLI's default);
+    /// shown in the summary table (not a field of SPEC 5's report).
+    pub model: Option<String>,
 }
 
 impl TaskEnd {
@@ -168,6 +171,7 @@ impl TaskEnd {
             kept_workspace: None,
             interrupted: false,
             refused: false,
+            model: None,
         }
     }
 

@@ -20,6 +20,8 @@ pub struct AdapterInput<'a> {
     pub read_only_kind: bool,
     pub max_turns: Option<u32>,
     pub max_cost: Option<f64>,
+    /// The model to ask for; `None`: the CLI's own default (no flag).
+    pub model: Option<&'a str>,
     pub prompt_file: &'a Path,
     pub workdir: &'a Path,
     /// A folder outside the workspace the agent may write (e.g. Codex's
@@ -184,6 +186,12 @@ pub fn exit_code(outcome: Outcome) -> Option<i32> {
         Outcome::Exited(c) => Some(c),
         _ => None,
     }
+}
+
+/// `--model MODEL` when a model is asked for: the flag of every built-in
+/// CLI (Claude Code, Codex, Gemini CLI, Droid).
+pub fn model_flag(model: Option<&str>) -> Vec<String> {
+    model.map(|m| vec!["--model".to_owned(), m.to_owned()]).unwrap_or_default()
 }
 
 /// A folder under `$HOME`, when HOME is set.

@@ -1,7 +1,7 @@
 //! Claude Code (`claude -p --output-format json`): one JSON result object;
 //! it exits 0 with `permission_denials` when writes were refused.
 
-use super::adapter::{AdapterInput, AgentError, AgentOutput, ErrorKind, classify, exit_code, json_objects};
+use super::adapter::{AdapterInput, AgentError, AgentOutput, ErrorKind, classify, exit_code, json_objects, model_flag};
 use crate::process::Outcome;
 use crate::spec::SandboxLevel;
 
@@ -41,6 +41,7 @@ pub fn argv(input: &AdapterInput<'_>) -> Vec<String> {
     if let Some(c) = input.max_cost {
         argv.extend(["--max-budget-usd".to_owned(), format!("{c}")]);
     }
+    argv.extend(model_flag(input.model));
     argv
 }
 
@@ -154,6 +155,7 @@ mod tests {
             read_only_kind: true,
             max_turns: Some(15),
             max_cost: Some(2.5),
+            model: None,
             prompt_file: d,
             workdir: d,
             io_dir: d,

@@ -34,6 +34,8 @@ pub fn argv(input: &AdapterInput<'_>) -> Vec<String> {
             .iter()
             .map(|s| (*s).to_owned()),
     );
+    // The flag wins over `model` in `$CODEX_HOME/config.toml`.
+    argv.extend(super::adapter::model_flag(input.model));
     argv
 }
 
@@ -148,6 +150,7 @@ mod tests {
             read_only_kind,
             max_turns: None,
             max_cost: None,
+            model: None,
             prompt_file: dir,
             workdir: dir,
             io_dir: dir,

@@ -30,15 +30,19 @@ pub fn argv(input: &AdapterInput<'_>) -> Vec<String> {
         SandboxLevel::WorkspaceWrite => argv.extend(["--auto".to_owned(), "low".to_owned()]),
         SandboxLevel::Full => argv.push("--skip-permissions-unsafe".to_owned()),
     }
-    if let Some(m) = custom_model() {
-        argv.extend(["-m".to_owned(), m]);
-    }
+    // The model asked for, else (no Factory key) the first custom model.
+    argv.extend(super::adapter::model_flag(input.model.map(str::to_owned).or_else(custom_model).as_deref()));
     argv
 }
 
-/// Extra variables: no calls home with a custom model (airgap).
-pub fn extra_env() -> Vec<(String, String)> {
-    if custom_model().is_some() { vec![("FACTORY_AIRGAP_ENABLED".into(), "1".into())] } else { Vec::new() }
+/// Extra variables: no calls home with a custom model (airgap), the one
+/// asked for (`custom:<model>`) or the one used without a Factory key.
+pub fn extra_env(model: Option<&str>) -> Vec<(String, String)> {
+    let custom = match model {
+        Some(m) => m.starts_with("custom:"),
+        None => custom_model().is_some(),
+    };
+    if custom { vec![("FACTORY_AIRGAP_ENABLED".into(), "1".into())] } else { Vec::new() }
 }
 
 /// Parses the stream-json events: `completion{finalText, numTurns, usage}`,

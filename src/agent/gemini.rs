@@ -26,6 +26,8 @@ pub fn argv(input: &AdapterInput<'_>) -> Vec<String> {
         SandboxLevel::WorkspaceWrite => argv.extend(["--approval-mode".to_owned(), "auto_edit".to_owned()]),
         SandboxLevel::Full => argv.push("--yolo".to_owned()),
     }
+    // The flag wins over `GEMINI_MODEL`.
+    argv.extend(super::adapter::model_flag(input.model));
     argv
 }
 

@@ -1,5 +1,6 @@
 //! Turning a resolved agent into a command line and an environment: custom
-//! commands with `{prompt}`, `{prompt_file}`, `{workdir}`, `{task}`;
+//! commands with `{prompt}`, `{prompt_file}`, `{workdir}`, `{task}`,
+//! `{model}`;
 //! failover chains; the environment allowlist (SPEC 3.3).
 
 use std::ffi::OsString;
@@ -66,9 +67,11 @@ pub struct Placeholders<'a> {
     pub prompt_file: &'a Path,
     pub workdir: &'a Path,
     pub task: &'a str,
+    /// The model asked for; empty for the CLI's own default.
+    pub model: &'a str,
 }
 
-/// Fills `{prompt}`, `{prompt_file}`, `{workdir}` and `{task}` in each
+/// Fills `{prompt}`, `{prompt_file}`, `{workdir}`, `{task}` and `{model}` in each
 /// argument (each stays one argument: no shell is involved).
 pub fn fill_argv(argv: &[String], ph: &Placeholders<'_>) -> Vec<OsString> {
     argv.iter()
@@ -79,6 +82,7 @@ pub fn fill_argv(argv: &[String], ph: &Placeholders<'_>) -> Vec<OsString> {
                     "prompt_file" => ph.prompt_file.display().to_string(),
                     "workdir" => ph.workdir.display().to_string(),
                     "task" => ph.task.to_owned(),
+                    "model" => ph.model.to_owned(),
                     _ => return None,
                 })
             }))
@@ -116,9 +120,18 @@ mod tests {
             prompt_file: Path::new("/tmp/p.md"),
             workdir: Path::new("/w"),
             task: "t1",
+            model: "m-2",
         };
-        let argv =
-            fill_argv(&["x".into(), "--msg={prompt}".into(), "{prompt_file}".into(), "{workdir}/{task}".into()], &ph);
+        let argv = fill_argv(
+            &[
+                "x".into(),
+                "--msg={prompt}".into(),
+                "{prompt_file}".into(),
+                "{workdir}/{task}".into(),
+                "-m{model}".into(),
+            ],
+            &ph,
+        );
         assert_eq!(
             argv,
             vec![
@@ -126,6 +139,7 @@ mod tests {
                 OsString::from("--msg=a 'quoted' \"prompt\" $HOME"),
                 OsString::from("/tmp/p.md"),
                 OsString::from("/w/t1"),
+                OsString::from("-mm-2"),
             ]
         );
     }

@@ -114,11 +114,11 @@ impl Builtin {
         }
     }
 
-    /// Variables set for every run.
-    pub fn extra_env(self) -> Vec<(String, String)> {
+    /// Variables set for every run of `model` (`None`: the CLI's default).
+    pub fn extra_env(self, model: Option<&str>) -> Vec<(String, String)> {
         match self {
             Builtin::Claude => claude::EXTRA_ENV.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
-            Builtin::Droid => droid::extra_env(),
+            Builtin::Droid => droid::extra_env(model),
             Builtin::Codex | Builtin::Gemini => Vec::new(),
         }
     }
@@ -203,5 +203,34 @@ mod tests {
         let codex = builtin_invocation("codex").unwrap();
         assert!(codex.pass_env.iter().any(|p| p == "CODEX_HOME"));
         assert!(!codex.pass_env.iter().any(|p| p == "ANTHROPIC_API_KEY"));
+    }
+
+    #[test]
+    fn every_built_in_cli_is_told_the_model_asked_for_and_none_else() {
+        let d = Path::new("/w");
+        let input = |model| adapter::AdapterInput {
+            sandbox: crate::spec::SandboxLevel::WorkspaceWrite,
+            read_only_kind: false,
+            max_turns: None,
+            max_cost: None,
+            model,
+            prompt_file: d,
+            workdir: d,
+            io_dir: d,
+            userns: true,
+        };
+        for b in [Builtin::Claude, Builtin::Codex, Builtin::Gemini, Builtin::Droid] {
+            let argv = b.argv(&input(Some("m-1")));
+            let at = argv.iter().position(|a| a == "--model").unwrap_or_else(|| panic!("{b:?}: {argv:?}"));
+            assert_eq!(argv[at + 1], "m-1", "{b:?}");
+            assert_eq!(argv.iter().filter(|a| *a == "--model" || *a == "-m").count(), 1, "{b:?}: {argv:?}");
+            if b != Builtin::Droid {
+                // Droid falls back to a custom model of its settings.
+                let argv = b.argv(&input(None));
+                assert!(!argv.iter().any(|a| a == "--model" || a == "-m"), "{b:?}: the CLI's default: {argv:?}");
+            }
+        }
+        assert_eq!(droid::extra_env(Some("custom:local")), [("FACTORY_AIRGAP_ENABLED".to_owned(), "1".to_owned())]);
+        assert!(droid::extra_env(Some("gpt-5")).is_empty());
     }
 }

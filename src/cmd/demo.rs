@@ -45,7 +45,10 @@ pub fn run(cwd: &Path, given: &Path, out: &Output) -> Result {
     }
     std::env::set_current_dir(&target)
         .map_err(|e| Error::Internal(format!("cannot enter {}: {e}", given.display())))?;
-    let args = RunArgs { tasks: TaskArgs { paths: vec![PathBuf::from("tasks")], agent: None }, ..RunArgs::default() };
+    let args = RunArgs {
+        tasks: TaskArgs { paths: vec![PathBuf::from("tasks")], ..TaskArgs::default() },
+        ..RunArgs::default()
+    };
     let result = super::run::run(&target, &args, out);
     if !out.quiet {
         crate::outln!("{}", next_steps(given, result.is_ok()));

@@ -14,6 +14,7 @@ trust "workspace-write"
 
 defaults {
     agent "claude"          // claude | codex | droid | gemini | a custom agent below
+    // model "claude-sonnet-4-5"  // the model the agent is told to use (default: its CLI's own)
     timeout "30m"           // per agent invocation: "90s", "3m", "1h30m"
     max-iterations 3        // review/acceptance feedback rounds
     // max-cost 2.50        // USD per task, where the agent reports cost
@@ -33,8 +34,8 @@ defaults {
 // prompt-template "prompts/task.md"
 // instructions "docs/agent-instructions.md"
 
-// A custom agent: any command. {prompt}, {prompt_file}, {workdir} and
-// {task} are replaced; the prompt also arrives on stdin.
+// A custom agent: any command. {prompt}, {prompt_file}, {workdir}, {task}
+// and {model} are replaced; the prompt also arrives on stdin.
 // agent "aider" {
 //     command "aider" "--yes-always" "--message-file" "{prompt_file}"
 //     pass-env "OPENAI_API_KEY"

@@ -89,7 +89,7 @@ fn recover(root: &Path, held: bool) {
 }
 
 fn load_options(args: &TaskArgs) -> LoadOptions {
-    LoadOptions { paths: args.paths.clone(), agent: args.agent.clone() }
+    LoadOptions { paths: args.paths.clone(), agent: args.agent.clone(), model: args.model.clone() }
 }
 
 /// Hashes loaded tasks into a plan. The version of each built-in agent the

@@ -36,6 +36,8 @@ pub struct LoadOptions {
     pub paths: Vec<PathBuf>,
     /// `--agent`.
     pub agent: Option<String>,
+    /// `--model`.
+    pub model: Option<String>,
 }
 
 /// A task's resolved context and reference files.
@@ -52,6 +54,8 @@ pub struct Loaded {
     /// Warnings to show even when everything is valid.
     pub warnings: Vec<SpecDiagnostic>,
     pub agent_override: Option<String>,
+    /// `--model`.
+    pub model_override: Option<String>,
     /// Parsed task files, saved by [`plan`] (`check` writes nothing).
     pub spec_cache: SpecCache,
 }
@@ -80,6 +84,8 @@ impl State {
 pub struct PlannedTask {
     pub task: Task,
     pub agent: String,
+    /// The model the agent is told to use; `None`: the CLI's own default.
+    pub model: Option<String>,
     pub sandbox: SandboxLevel,
     pub timeout: Duration,
     pub max_iterations: u32,
@@ -230,6 +236,15 @@ pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic
                 .help(suggestion(a, &project.config.agent_names())),
         );
     }
+    let model_override = opts.model.clone();
+    if let Some(m) = &model_override
+        && (m.trim().is_empty() || m.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        diags.push(
+            SpecDiagnostic::error("bad-model", format!("invalid model name `{m}` given by --model"))
+                .help("give the model the agent's CLI knows, as one word, e.g. `--model claude-sonnet-4-5`"),
+        );
+    }
     let names = project.config.agent_names();
     let trust = project.config.trust.map(|t| t.level);
     let mut warnings = Vec::new();
@@ -313,7 +328,16 @@ pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic
     }
     let mut slots: Vec<Option<(Task, TaskFiles)>> = tasks.into_iter().zip(resolved).map(Some).collect();
     let (tasks, files): (Vec<_>, Vec<_>) = order.iter().filter_map(|&i| slots[i].take()).unzip();
-    Ok(Loaded { project, tasks, files, template: (template_name, template_text), warnings, agent_override, spec_cache })
+    Ok(Loaded {
+        project,
+        tasks,
+        files,
+        template: (template_name, template_text),
+        warnings,
+        agent_override,
+        model_override,
+        spec_cache,
+    })
 }
 
 /// With `CASSIST_TIMINGS=1`, prints how long each planning phase took
@@ -521,7 +545,7 @@ impl Loaded {
 /// each agent of [`Loaded::builtin_agents`] as its CLI reports it (`None`:
 /// not installed, or it says nothing).
 pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result<Plan, SpecDiagnostic> {
-    let Loaded { project, tasks, files, template, warnings, agent_override, mut spec_cache } = loaded;
+    let Loaded { project, tasks, files, template, warnings, agent_override, model_override, mut spec_cache } = loaded;
     let config = &project.config;
 
     // Hash every distinct file once, in parallel, through the cache.
@@ -597,12 +621,14 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
     let mut warnings = warnings;
     for (task, (ctx, refs)) in tasks.into_iter().zip(files) {
         let agent = resolve_agent(&task, agent_override.as_deref(), config);
+        let model = resolve_model(&task, model_override.as_deref(), config);
         let sandbox = effective_sandbox(&task, config.trust.map(|t| t.level));
         let timeout = task.timeout.or(config.defaults.timeout).unwrap_or(DEFAULT_TIMEOUT);
         let max_iterations = task.max_iterations.or(config.defaults.max_iterations).unwrap_or(DEFAULT_MAX_ITERATIONS);
         let max_cost = task.max_cost.or(config.defaults.max_cost);
         let mut t = PlannedTask {
             agent,
+            model,
             sandbox,
             timeout,
             max_iterations,
@@ -731,10 +757,17 @@ impl Hashing {
         let mut inputs = vec![
             Input { kind: "spec", name: t.task.name.clone(), hash: hash_json(&t.key.spec) },
             Input { kind: "agent", name: t.agent.clone(), hash: hash_json(&agent_key) },
+        ];
+        // Only a model asked for is an input: the CLI's own default keeps
+        // the hashes of tasks that name none as they were.
+        if let Some(m) = &t.model {
+            inputs.push(Input { kind: "model", name: m.clone(), hash: hash_bytes(m.as_bytes()) });
+        }
+        inputs.extend([
             Input { kind: "sandbox", name: t.sandbox.to_string(), hash: hash_bytes(t.sandbox.as_str().as_bytes()) },
             Input { kind: "template", name: self.template_name.clone(), hash: self.template_hash.clone() },
             Input { kind: "project", name: "commands".to_owned(), hash: project_hash.clone() },
-        ];
+        ]);
         inputs.extend(instructions.iter().cloned());
         inputs.extend(context);
         inputs.extend(reference);
@@ -868,6 +901,16 @@ pub fn resolve_agent(task: &Task, agent_override: Option<&str>, config: &crate::
         .unwrap_or_else(|| DEFAULT_AGENT.to_owned())
 }
 
+/// A task's model: its own, else `--model`, else `defaults.model`, else
+/// none (the CLI's own default) (SPEC 2).
+pub fn resolve_model(task: &Task, model_override: Option<&str>, config: &crate::spec::ProjectConfig) -> Option<String> {
+    task.model
+        .as_ref()
+        .map(|m| m.value.clone())
+        .or_else(|| model_override.map(str::to_owned))
+        .or_else(|| config.defaults.model.as_ref().map(|m| m.value.clone()))
+}
+
 /// The sandbox a task runs under: read-only kinds are forced read-only; no
 /// trust means read-only; otherwise the task's level, else the trust (never
 /// `full` unless asked for).
@@ -934,7 +977,9 @@ impl PlannedTask {
             file: self.task.source.name.clone(),
             line: self.task.source.line_col(self.task.node_span.offset()).0,
         };
-        crate::event::TaskEnd::new(&self.task.name, &self.hash, &self.agent, location)
+        let mut end = crate::event::TaskEnd::new(&self.task.name, &self.hash, &self.agent, location);
+        end.model = self.model.clone();
+        end
     }
 
     /// This task, skipped for `reason`.

@@ -32,20 +32,29 @@ pub fn print(out: &Output, ends: &[TaskEnd], run_dir: &Path) {
 }
 
 /// The table of the tasks, a row per task and one per part of a split
-/// task, after a blank line.
+/// task, after a blank line; a MODEL column when a task asked for one.
 fn print_table(out: &Output, ends: &[TaskEnd]) {
-    let mut table = Table::new(&["TASK", "STATE", "AGENT", "ATTEMPTS", "TIME", "COST"]);
+    let models = ends.iter().any(|e| e.model.is_some());
+    let mut headers = vec!["TASK", "STATE", "AGENT", "ATTEMPTS", "TIME", "COST"];
+    if models {
+        headers.insert(3, "MODEL");
+    }
+    let mut table = Table::new(&headers);
     for e in ends {
         let r = &e.report;
-        table.row(vec![
+        let mut row = vec![
             r.name.clone(),
             out.end_state(e),
             printable(&r.agent).into_owned(),
             r.attempts.to_string(),
             crate::text::duration_ms(r.duration_ms),
             cost(r.cost_usd),
-        ]);
-        subtask_rows(out, &mut table, &r.subtasks, 1);
+        ];
+        if models {
+            row.insert(3, e.model.as_deref().map_or_else(|| out.dim("default"), |m| printable(m).into_owned()));
+        }
+        table.row(row);
+        subtask_rows(out, &mut table, &r.subtasks, 1, models);
     }
     crate::outln!();
     crate::out!("{}", table.render(|h| out.dim(h)));
@@ -72,7 +81,7 @@ fn print_failure(out: &Output, e: &TaskEnd) {
 }
 
 /// The parts of a split task under its row, indented by depth.
-fn subtask_rows(out: &Output, table: &mut Table, subtasks: &[SubtaskReport], depth: usize) {
+fn subtask_rows(out: &Output, table: &mut Table, subtasks: &[SubtaskReport], depth: usize, models: bool) {
     for s in subtasks {
         let state = s.state.as_str();
         let state = match s.state {
@@ -80,15 +89,19 @@ fn subtask_rows(out: &Output, table: &mut Table, subtasks: &[SubtaskReport], dep
             PartState::Split | PartState::Skipped => out.yellow(state),
             PartState::Failed | PartState::Blocked => out.red(state),
         };
-        table.row(vec![
+        let mut row = vec![
             format!("{}└ {}", "  ".repeat(depth - 1), printable(&s.name)),
             state,
             String::new(),
             s.attempts.to_string(),
             crate::text::duration_ms(s.duration_ms),
             cost(s.cost_usd),
-        ]);
-        subtask_rows(out, table, &s.subtasks, depth + 1);
+        ];
+        if models {
+            row.insert(3, String::new());
+        }
+        table.row(row);
+        subtask_rows(out, table, &s.subtasks, depth + 1, models);
     }
 }
 

@@ -74,8 +74,11 @@ impl TaskContext<'_> {
         let files = self.write_prompt(req.prompt, attempt)?;
         let inv = self.agents[0].clone();
         self.facts.agent = Some(inv.name.clone());
-        let detail =
-            if req.part.is_whole() { inv.name.clone() } else { format!("{}, part {}", inv.name, req.part.label()) };
+        let who = match &self.t.model {
+            Some(m) => format!("{} ({m})", inv.name),
+            None => inv.name.clone(),
+        };
+        let detail = if req.part.is_whole() { who } else { format!("{who}, part {}", req.part.label()) };
         self.phase("agent", attempt, detail);
         let finished = match self.run_agent(&inv, req, &files) {
             Ok(f) => f,
@@ -116,7 +119,7 @@ impl TaskContext<'_> {
     fn run_agent(&self, inv: &Invocation, req: &Request<'_>, files: &RunFiles) -> std::io::Result<process::Finished> {
         let t = self.t;
         let subtask = req.part.name(self.name);
-        let env = agent_env(inv, req, &subtask, files);
+        let env = agent_env(inv, req, &subtask, files, t.model.as_deref());
         let jail = self.runner.jail(Role::Agent, t.sandbox, &self.ws, Some(&files.io), Some(inv), &env);
         let landlock = jail.landlock;
         // A built-in adapter maps the sandbox level, the kind, the turn
@@ -127,6 +130,7 @@ impl TaskContext<'_> {
                 read_only_kind: t.task.kind.is_read_only(),
                 max_turns: t.task.kind.is_read_only().then_some(READ_ONLY_TURN_CAP),
                 max_cost: t.max_cost,
+                model: t.model.as_deref(),
                 prompt_file: &files.prompt,
                 workdir: &self.ws.dir,
                 io_dir: &files.io,
@@ -141,7 +145,13 @@ impl TaskContext<'_> {
         self.note_codex_sandbox(inv, &base_argv, landlock);
         let argv = invoke::fill_argv(
             &base_argv,
-            &Placeholders { prompt: req.prompt, prompt_file: &files.prompt, workdir: &self.ws.dir, task: &subtask },
+            &Placeholders {
+                prompt: req.prompt,
+                prompt_file: &files.prompt,
+                workdir: &self.ws.dir,
+                task: &subtask,
+                model: t.model.as_deref().unwrap_or(""),
+            },
         );
         let argv = self.ws.command(Layer::Agent, argv, jail)?;
         let mut cmd = process::Command::new(argv, self.ws.dir.clone());
@@ -298,8 +308,15 @@ impl TaskContext<'_> {
 }
 
 /// The agent's environment: the allowlist and its own variables, the
-/// `CASSIST_*` variables of this run, and a private temp folder.
-fn agent_env(inv: &Invocation, req: &Request<'_>, subtask: &str, files: &RunFiles) -> Vec<(OsString, OsString)> {
+/// `CASSIST_*` variables of this run (`CASSIST_MODEL` when a model is
+/// asked for), and a private temp folder.
+fn agent_env(
+    inv: &Invocation,
+    req: &Request<'_>,
+    subtask: &str,
+    files: &RunFiles,
+    model: Option<&str>,
+) -> Vec<(OsString, OsString)> {
     let mut extra: Vec<(String, OsString)> = vec![
         ("CASSIST_TASK".into(), subtask.into()),
         ("CASSIST_ATTEMPT".into(), req.part_attempt.to_string().into()),
@@ -307,8 +324,11 @@ fn agent_env(inv: &Invocation, req: &Request<'_>, subtask: &str, files: &RunFile
         ("CASSIST_PROMPT_FILE".into(), files.prompt.clone().into()),
         ("CASSIST_RESULT_FILE".into(), files.result.clone().into()),
     ];
+    if let Some(m) = model {
+        extra.push(("CASSIST_MODEL".into(), m.into()));
+    }
     if let Some(b) = inv.builtin {
-        extra.extend(b.extra_env().into_iter().map(|(k, v)| (k, OsString::from(v))));
+        extra.extend(b.extra_env(model).into_iter().map(|(k, v)| (k, OsString::from(v))));
     }
     // A private temp folder, inside the agent's writable io folder.
     let tmp = files.io.join("tmp");

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::diag::SourceFile;
 use super::task::Task;
 
-const FORMAT: &str = concat!("cassist spec cache 1 ", env!("CARGO_PKG_VERSION"));
+const FORMAT: &str = concat!("cassist spec cache 2 ", env!("CARGO_PKG_VERSION"));
 
 #[derive(Serialize, Deserialize, Default)]
 struct Document {

@@ -11,7 +11,7 @@ use miette::SourceSpan;
 
 use super::diag::{Diagnostics, SourceFile, Spanned, SpecDiagnostic, parse_source, suggestion};
 use super::reader::{DiagExt, Once, Reader, type_name};
-use super::task::{check_path_pattern, read_max_cost, read_positive_int};
+use super::task::{check_path_pattern, read_max_cost, read_model, read_positive_int};
 use super::types::SandboxLevel;
 use crate::limits::Limits;
 
@@ -21,11 +21,11 @@ pub const BUILTIN_AGENTS: &[&str] = &["claude", "codex", "droid", "gemini"];
 
 pub const CONFIG_NODES: &[&str] =
     &["trust", "defaults", "limits", "setup", "test", "build", "prompt-template", "instructions", "agent"];
-const DEFAULTS_NODES: &[&str] = &["agent", "timeout", "max-iterations", "max-cost"];
+const DEFAULTS_NODES: &[&str] = &["agent", "model", "timeout", "max-iterations", "max-cost"];
 const LIMITS_NODES: &[&str] = &["file-size", "change-size", "transcript"];
 const AGENT_NODES: &[&str] = &["command", "pass-env", "try"];
 /// Placeholders a custom agent's command may use.
-pub const COMMAND_PLACEHOLDERS: &[&str] = &["prompt", "prompt_file", "workdir", "task"];
+pub const COMMAND_PLACEHOLDERS: &[&str] = &["prompt", "prompt_file", "workdir", "task", "model"];
 
 /// Where the trust level came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +67,7 @@ pub struct CustomAgent {
 #[derive(Debug, Clone, Default)]
 pub struct Defaults {
     pub agent: Option<Spanned<String>>,
+    pub model: Option<Spanned<String>>,
     pub timeout: Option<Duration>,
     pub max_iterations: Option<u32>,
     pub max_cost: Option<f64>,
@@ -299,6 +300,7 @@ fn read_defaults(r: &mut Reader<'_>, node: &KdlNode, d: &mut Defaults) {
         }
         match name {
             "agent" => d.agent = r.single_string(child, "agent \"claude\""),
+            "model" => d.model = read_model(r, child),
             "timeout" => {
                 if let Some(e) = r.single(child, "timeout \"3m\"") {
                     d.timeout = r.duration("timeout", e).map(|s| s.value);

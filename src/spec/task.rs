@@ -14,6 +14,7 @@ use super::types::{Kind, SandboxLevel};
 pub const TASK_NODES: &[&str] = &[
     "goal",
     "agent",
+    "model",
     "kind",
     "sandbox",
     "timeout",
@@ -48,6 +49,8 @@ pub struct Task {
     pub source: Arc<SourceFile>,
     pub goal: String,
     pub agent: Option<Spanned<String>>,
+    /// The model the agent CLI is told to use (SPEC 1).
+    pub model: Option<Spanned<String>>,
     pub kind: Kind,
     pub sandbox: Option<Spanned<SandboxLevel>>,
     pub timeout: Option<Duration>,
@@ -170,6 +173,7 @@ fn parse_task(r: &mut Reader<'_>, node: &KdlNode) -> Option<Task> {
         source: Arc::clone(r.src),
         goal: String::new(),
         agent: None,
+        model: None,
         kind: Kind::Code,
         sandbox: None,
         timeout: None,
@@ -207,6 +211,7 @@ fn parse_task(r: &mut Reader<'_>, node: &KdlNode) -> Option<Task> {
                 }
             }
             "agent" => task.agent = r.single_string(child, "agent \"claude\""),
+            "model" => task.model = read_model(r, child),
             "kind" => {
                 if let Some(kind) = r.single_string(child, "kind \"code\"") {
                     match Kind::parse(&kind.value) {
@@ -441,6 +446,18 @@ pub fn read_positive_int(r: &mut Reader<'_>, node: &KdlNode, example: &str) -> O
             None
         }
     }
+}
+
+/// `model "claude-sonnet-4-5"`, shared with `defaults`: one non-empty
+/// name without spaces (it becomes one argument of the agent's command).
+pub fn read_model(r: &mut Reader<'_>, node: &KdlNode) -> Option<Spanned<String>> {
+    let model = r.single_string(node, "model \"claude-sonnet-4-5\"")?;
+    if model.value.trim().is_empty() || model.value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        r.error("bad-model", format!("invalid model name `{}`", model.value), model.span, "not a model name")
+            .set_help("give the model the agent's CLI knows, as one word, e.g. `model \"claude-sonnet-4-5\"`");
+        return None;
+    }
+    Some(model)
 }
 
 /// Reads `max-cost`, shared with `defaults`.

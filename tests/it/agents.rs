@@ -191,6 +191,22 @@ impl Server {
         posts
     }
 
+    /// The model each conversation request asked for, in order: Claude
+    /// Code's and Droid's requests that offer tools (not their side
+    /// requests), Codex's `model` of each request, Gemini's model in the
+    /// path of each `streamGenerateContent`.
+    fn models(&self) -> Vec<String> {
+        let codex = regex::Regex::new(r" POST \S*/responses .*?\bmodel=(\S+)").unwrap();
+        let gemini = regex::Regex::new(r" POST /v1beta/models/([^/:\s]+):streamGenerateContent").unwrap();
+        self.log()
+            .lines()
+            .filter_map(|line| match serde_json::from_str::<Value>(line) {
+                Ok(v) => (v["main"] == true).then(|| v["model"].as_str().unwrap_or("").to_owned()),
+                Err(_) => codex.captures(line).or_else(|| gemini.captures(line)).map(|c| c[1].to_owned()),
+            })
+            .collect()
+    }
+
     /// The steps the model requests were answered with.
     #[track_caller]
     fn steps(&self, path: &str) -> Vec<u64> {
@@ -234,6 +250,17 @@ impl Cli {
             Cli::Claude | Cli::Droid => "anthropic",
             Cli::Codex => "openai",
             Cli::Gemini => "gemini",
+        }
+    }
+
+    /// The model the CLI asks for when cassist passes no `--model`: its
+    /// own default, or what its config says (see [`Cli::configure`]).
+    fn default_model(self) -> &'static str {
+        match self {
+            Cli::Claude => "claude-opus-4-8",
+            Cli::Codex => "gpt-5.5",
+            Cli::Gemini => GEMINI_MODEL,
+            Cli::Droid => "scripted-model",
         }
     }
 
@@ -426,6 +453,9 @@ fn fixes_the_failing_test(cli: Cli, script: Value, want: Parsed) {
     // The server answered each step once, in order, and got nothing else.
     let steps = script.as_array().unwrap().len() as u64;
     assert_eq!(server.steps(&cli.model_path()), (0..steps).collect::<Vec<_>>(), "{}", server.log());
+    // No model asked for: no `--model`, the CLI's own default.
+    let models = server.models();
+    assert_eq!(models, vec![cli.default_model(); steps as usize], "{}", server.log());
 }
 
 #[test]
@@ -683,6 +713,70 @@ fn overloaded_claude_fails_over_to_codex() {
     let claude_requests = anthropic.model_requests(&Cli::Claude.model_path());
     assert_eq!(claude_requests.iter().map(|r| r.status).collect::<Vec<_>>(), [529], "{}", anthropic.log());
     assert_eq!(openai.steps(&Cli::Codex.model_path()), [0, 1], "{}", openai.log());
+}
+
+// ---------------------------------------------------------------------------
+// 5. The model asked for reaches the model server (issue 14)
+
+/// Runs the review task on `cli` with `model "<model>"` against a server
+/// that answers with a final message; checks the server was asked for
+/// `seen` (the CLI got `--model`), and the summary table names the model.
+fn asks_the_server_for_the_model(cli: Cli, model: &str, seen: &str) {
+    let Some(bin) = cli_dir(cli.name()) else { return };
+    let server = Server::start(cli.api(), &json!([{"text": "add() subtracts."}]));
+    let task = REVIEW_TASK
+        .replace("AGENT", cli.name())
+        .replace("    kind \"review\"\n", &format!("    kind \"review\"\n    model \"{model}\"\n"));
+    let p = calc(CASSIST_KDL, &task);
+    let env = cli.configure(&server, p.home());
+    if cli == Cli::Droid {
+        // Two custom models: the one asked for is not the first.
+        let custom = |m: &str| {
+            json!({
+                "model": m, "displayName": m, "baseUrl": server.url(),
+                "apiKey": "test-key", "provider": "anthropic", "maxOutputTokens": 8192,
+            })
+        };
+        let settings = json!({"customModels": [custom("scripted-model"), custom("other-model")]});
+        write(&p.home().join(".factory/settings.json"), settings.to_string());
+    }
+    let done = run_cli(&p, &[&bin], &env);
+    done.assert_code(0);
+    let t = done.task("look");
+    assert_eq!(t["state"], "passed", "{}", done.transcript());
+    assert_eq!(t["summary"], "add() subtracts.");
+    let models = server.models();
+    assert!(!models.is_empty(), "no conversation request:\n{}", server.log());
+    assert!(models.iter().all(|m| m == seen), "asked for {model}, the server saw {models:?}:\n{}", server.log());
+    // The summary table's row of the task, under its MODEL column.
+    let mut table = done.stdout.lines().skip_while(|l| !l.starts_with("TASK "));
+    let header = table.next().unwrap_or_else(|| panic!("no summary table:\n{}", done.stdout));
+    let row = table.find(|l| l.starts_with("look ")).unwrap_or_else(|| panic!("{}", done.stdout));
+    let at = header.find("MODEL").unwrap_or_else(|| panic!("no MODEL column:\n{}", done.stdout));
+    assert!(row[at..].starts_with(model), "the summary table names the model:\n{}", done.stdout);
+}
+
+#[test]
+fn claude_is_asked_for_the_model() {
+    asks_the_server_for_the_model(Cli::Claude, "claude-sonnet-4-5", "claude-sonnet-4-5");
+}
+
+#[test]
+fn codex_is_asked_for_the_model() {
+    // config.toml says gpt-5.5: the flag wins.
+    asks_the_server_for_the_model(Cli::Codex, "gpt-5.4", "gpt-5.4");
+}
+
+#[test]
+fn gemini_is_asked_for_the_model() {
+    // GEMINI_MODEL says gemini-2.5-flash: the flag wins.
+    asks_the_server_for_the_model(Cli::Gemini, "gemini-2.5-pro", "gemini-2.5-pro");
+}
+
+#[test]
+fn droid_is_asked_for_the_model() {
+    // Without the flag Droid would use the first custom model.
+    asks_the_server_for_the_model(Cli::Droid, "custom:other-model", "other-model");
 }
 
 // ---------------------------------------------------------------------------

@@ -809,6 +809,31 @@ fn explain_names_the_change() {
     assert_eq!(calls(&p).len(), 3, "explain started an agent");
 }
 
+#[test]
+fn a_changed_model_runs_that_task_again_and_explain_names_it() {
+    let p = project();
+    first_run(&p);
+    // `--model` asks for a model for every task: all of them run.
+    let json = p.cassist(&["plan", "--json", "--model", "m-small"]).exec().json();
+    assert!(json["tasks"].as_array().unwrap().iter().all(|t| t["state"] == "run"), "{json}");
+    // A task's own model: that task only (nothing depends on `other`).
+    p.edit("tasks/t.kdl", "goal \"Write the other.\"", "goal \"Write the other.\"\n    model \"m-big\"");
+    assert_eq!(plan_states(&p), states(&[("base", "up-to-date"), ("other", "run"), ("top", "up-to-date")]));
+    let why = explain(&p, "other");
+    assert!(why.contains("\n  model default → m-big\n"), "{why}");
+    let row = why.lines().find(|l| l.starts_with("model ")).unwrap_or_else(|| panic!("no model row:\n{why}"));
+    assert!(row.contains("m-big") && row.ends_with("new"), "{row}");
+    let done = p.run(&[]).exec();
+    assert_eq!(done.task("other")["state"], "passed", "{}", done.transcript());
+    assert_eq!(calls(&p).last().map(String::as_str), Some("other"));
+    assert_eq!(calls(&p).len(), 4);
+    // From one model to another, and back to the CLI's default.
+    p.edit("tasks/t.kdl", "model \"m-big\"", "model \"m-bigger\"");
+    assert!(explain(&p, "other").contains("\n  model m-big → m-bigger\n"), "{}", explain(&p, "other"));
+    p.edit("tasks/t.kdl", "\n    model \"m-bigger\"", "");
+    assert!(explain(&p, "other").contains("\n  model m-big → default\n"), "{}", explain(&p, "other"));
+}
+
 // ---------------------------------------------------------------------------
 // The project's test and build commands (issue 14)
 

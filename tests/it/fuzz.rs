@@ -1108,7 +1108,11 @@ fn write_project(case: &ProjectCase) -> tempfile::TempDir {
 }
 
 fn options(case: &ProjectCase) -> LoadOptions {
-    LoadOptions { paths: case.paths.iter().map(PathBuf::from).collect(), agent: case.agent.map(str::to_owned) }
+    LoadOptions {
+        paths: case.paths.iter().map(PathBuf::from).collect(),
+        agent: case.agent.map(str::to_owned),
+        ..LoadOptions::default()
+    }
 }
 
 fn run_project(case: &ProjectCase) {

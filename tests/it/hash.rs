@@ -594,6 +594,30 @@ fn a_changed_agent() {
 }
 
 #[test]
+fn a_changed_model() {
+    let p = project();
+    let before = plan_json(&p, &[], &[]);
+    // No model anywhere: no model input (the CLI's own default).
+    assert!(input_names(task(&before, "base")).iter().all(|(k, _)| k != "model"));
+    // `--model` changes every task without its own model (and dependents).
+    let small = plan_json(&p, &["--model", "m-small"], &[]);
+    assert_changed(&hashes_of(&before), &hashes_of(&small), &["alpha", "base", "other"]);
+    assert_eq!(input_names(task(&small, "base"))[2], ("model".to_owned(), "m-small".to_owned()));
+    assert_eq!(input_hash(task(&small, "base"), "model", "m-small"), blake3_hex(b"m-small"));
+    // The task's own model wins over `--model`, which wins over
+    // `defaults { model }`.
+    p.edit("tasks/main.kdl", "agent \"claude\"", "agent \"claude\"\n    model \"m-small\"");
+    let own = plan_json(&p, &[], &[]);
+    assert_changed(&hashes_of(&before), &hashes_of(&own), &["other"]);
+    assert_eq!(hashes_of(&own)["other"], hashes_of(&small)["other"]);
+    let big = plan_json(&p, &["--model", "m-big"], &[]);
+    assert_eq!(hashes_of(&big)["other"], hashes_of(&own)["other"]);
+    p.edit("cassist.kdl", "prompt-template", "defaults {\n    model \"m-big\"\n}\nprompt-template");
+    assert_eq!(hashes_of(&plan_json(&p, &[], &[])), hashes_of(&big), "defaults {{ model }} = --model");
+    assert_eq!(hashes_of(&plan_json(&p, &["--model", "m-small"], &[]))["base"], hashes_of(&small)["base"]);
+}
+
+#[test]
 fn a_changed_custom_agent_command() {
     let p = project();
     p.file(

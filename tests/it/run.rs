@@ -472,6 +472,44 @@ fn agent_environment_is_the_allowlist_plus_pass_env() {
 }
 
 #[test]
+fn a_custom_agent_gets_the_model_in_its_command_and_environment() {
+    // `$1` is the `--model={model}` argument; each run appends a line to
+    // the out folder (its state folder, shared with the test).
+    let script = "printf '%s arg=%s env=%s\\n' \"$CASSIST_TASK\" \"$1\" \"${CASSIST_MODEL-unset}\" \
+                  >> \"$HOME/.cache/cassist-test-out/models\"; echo \"$1\" > \"$CASSIST_TASK.txt\"";
+    let agent = format!("agent \"m\" {{\n    command \"sh\" \"-c\" {script:?} \"m\" \"--model={{model}}\"\n}}\n");
+    let tasks = "task \"pinned\" {\n    goal \"Write pinned.txt.\"\n    agent \"m\"\n    model \"m-task\"\n}\n\
+                 task \"plain\" {\n    goal \"Write plain.txt.\"\n    agent \"m\"\n}\n";
+    let models = |p: &Project| {
+        let mut lines: Vec<String> =
+            std::fs::read_to_string(p.out().join("models")).unwrap_or_default().lines().map(str::to_owned).collect();
+        lines.sort();
+        lines
+    };
+    // No model anywhere: `{model}` is empty, `CASSIST_MODEL` unset.
+    let p = Test::trusted().kdl(&agent).tasks(tasks).build();
+    let done = p.run(&[]).exec();
+    assert_eq!(models(&p), ["pinned arg=--model=m-task env=m-task", "plain arg=--model= env=unset"]);
+    let table = done.stdout.lines().skip_while(|l| !l.starts_with("TASK ")).collect::<Vec<_>>().join("\n");
+    assert!(table.starts_with("TASK") && table.contains(" MODEL "), "{}", done.stdout);
+    assert!(table.lines().any(|l| l.starts_with("pinned ") && l.contains(" m-task ")), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("plain ") && l.contains(" default ")), "{table}");
+    // `defaults { model }`, then `--model` over it; the task's own wins.
+    let p = Test::trusted().kdl("defaults {\n    model \"m-default\"\n}\n").kdl(&agent).tasks(tasks).build();
+    p.run(&[]).exec();
+    assert_eq!(models(&p), ["pinned arg=--model=m-task env=m-task", "plain arg=--model=m-default env=m-default"]);
+    p.run(&["--model", "m-cli"]).exec();
+    assert_eq!(
+        models(&p),
+        [
+            "pinned arg=--model=m-task env=m-task",
+            "plain arg=--model=m-cli env=m-cli",
+            "plain arg=--model=m-default env=m-default"
+        ]
+    );
+}
+
+#[test]
 fn secret_value_never_appears_under_dot_cassist() {
     let secret = "s3cr3t-value-123456";
     let task = r#"task "leak" {
