@@ -292,7 +292,7 @@ pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic
         }
     }
     if trust.is_none() && !tasks.is_empty() && (untrusted_asks || tasks.iter().any(|t| !t.kind.is_read_only())) {
-        warnings.push(SpecDiagnostic::warning("untrusted-project", "this project sets no trust: every task runs read-only").help(
+        warnings.push(SpecDiagnostic::warning("untrusted-project", "this project sets no trust: every task runs read-only, and `code` tasks fail without starting their agent").help(
             "to let agents change files, add `trust \"workspace-write\"` to cassist.kdl (or `trust_level = \"trusted\"` to .agents/config.toml)",
         ));
     }

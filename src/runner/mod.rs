@@ -181,6 +181,18 @@ impl Ending {
     }
 }
 
+/// A `code` task in a project without trust would run read-only and
+/// could change nothing: it fails at once, before its agent is called,
+/// naming the line that lets agents change files (SPEC 2).
+fn untrusted_code_task(t: &PlannedTask, config: &crate::spec::ProjectConfig) -> Option<Failure> {
+    (t.kind() == crate::spec::Kind::Code && config.trust.is_none()).then(|| {
+        Failure::failed(
+            "this project sets no trust, so this `code` task could only run read-only and change nothing; \
+             its agent was not started. Add `trust \"workspace-write\"` to cassist.kdl to let agents change files",
+        )
+    })
+}
+
 impl Runner {
     /// What agents reported spending so far in this run.
     pub fn spent_usd(&self) -> f64 {
@@ -236,8 +248,11 @@ impl Runner {
     /// it was (it then starts split).
     pub fn run_task(&self, t: &PlannedTask, summaries: &[(String, String)], recorded_split: &[Part]) -> TaskResult {
         self.recorded(t, Facts::default(), |record, facts| {
-            // The agent: the first of its candidates that is installed.
             let project = &self.plan.project;
+            if let Some(f) = untrusted_code_task(t, &project.config) {
+                return Ending::early(facts, f);
+            }
+            // The agent: the first of its candidates that is installed.
             let agents = match agents::resolve(&project.config, &project.root, &t.agent) {
                 Ok(agents) => agents,
                 Err(f) => return Ending::early(facts, f),

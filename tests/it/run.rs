@@ -1044,3 +1044,47 @@ fn an_ignored_output_the_scope_names_is_integrated(mode: &[(&str, &str)]) {
 }
 
 in_both_modes!(an_ignored_output_the_scope_names_is_integrated: an_ignored_output_the_scope_names_is_integrated_in_overlay_mode, an_ignored_output_the_scope_names_is_integrated_in_copy_mode);
+
+/// The tasks an agent writing `$CASSIST_TASK` to the out folder's `calls`
+/// ran for, sorted.
+fn calls_of(p: &Project) -> Vec<String> {
+    let mut calls: Vec<String> =
+        std::fs::read_to_string(p.out().join("calls")).unwrap_or_default().lines().map(str::to_owned).collect();
+    calls.sort();
+    calls
+}
+
+/// Counts its calls in the out folder (its state folder, shared with the
+/// test), and changes nothing.
+const IDLE_AGENT: &str = "echo \"$CASSIST_TASK\" >> \"$HOME/.cache/cassist-test-out/calls\"";
+
+/// Without trust a `code` task could only run read-only: it fails at
+/// once, its agent never called, saying what to add to cassist.kdl; the
+/// other kinds run read-only as before (SPEC 2).
+#[test]
+fn without_trust_a_code_task_fails_before_its_agent_is_called() {
+    let tasks = "task \"edit\" {\n    goal \"Write y.txt.\"\n    agent \"idle\"\n}\n\
+                 task \"look\" {\n    goal \"Describe x.txt.\"\n    kind \"review\"\n    agent \"idle\"\n}\n";
+    let p = Test::new()
+        .outside_tmp()
+        .config("test #false\n")
+        .sh_agent("idle", IDLE_AGENT)
+        .tasks(tasks)
+        .file("x.txt", "x\n")
+        .build();
+    let done = p.run(&["--keep-going"]).status(1).exec();
+    assert_eq!(calls_of(&p), ["look"], "{}", done.transcript());
+    let edit = done.task("edit");
+    assert_eq!((edit["state"].as_str(), edit["attempts"].as_u64()), (Some("failed"), Some(0)), "{edit}");
+    let reason = edit["reason"].as_str().unwrap();
+    assert!(reason.contains("sets no trust") && reason.contains("its agent was not started"), "{reason}");
+    assert!(reason.contains("Add `trust \"workspace-write\"` to cassist.kdl"), "{reason}");
+    assert!(done.stdout.contains("Add `trust \"workspace-write\"` to cassist.kdl"), "{}", done.stdout);
+    assert_eq!(done.task("look")["state"], "passed");
+    let warning = crate::support::flat(&done.stderr);
+    assert!(warning.contains("and `code` tasks fail without starting"), "{warning}");
+    // With trust, it runs.
+    p.edit("cassist.kdl", "test #false\n", "trust \"workspace-write\"\ntest #false\n");
+    p.run(&["--filter", "edit"]).any_status().exec();
+    assert_eq!(calls_of(&p), ["edit", "edit", "look"]);
+}
