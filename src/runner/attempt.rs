@@ -41,7 +41,8 @@ pub struct Ran {
     pub finished: process::Finished,
     /// Refused or failed tool calls of a CLI that exited 0.
     pub soft_failure: Option<String>,
-    /// The agent wrote a result report.
+    /// The agent reported: it wrote a result report, or (a built-in CLI)
+    /// its output ends with a final result message (SPEC 3.4).
     pub reported: bool,
     pub summary: Option<String>,
     pub cost_usd: Option<f64>,
@@ -264,7 +265,7 @@ impl TaskContext<'_> {
             }));
         }
         let redactor = &self.runner.redactor;
-        let reported = agent_report.is_some();
+        let reported = agent_report.is_some() || parsed.as_ref().is_some_and(|p| p.summary.is_some());
         let summary = match agent_report {
             Some(Ok(Some(s))) => Some(s),
             _ => parsed.as_ref().and_then(|p| p.summary.clone()).or_else(|| last_message(&finished.tail)),

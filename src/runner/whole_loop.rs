@@ -81,6 +81,13 @@ impl TaskContext<'_> {
                 }
             };
             if changes.is_empty() && !ran.reported && self.t.task.kind == Kind::Code && !resumed {
+                // The goal may be met already: acceptance commands that
+                // pass on the unchanged tree spare a second paid call.
+                let unmet = match self.goal_already_met(attempt)? {
+                    Met::Yes => return Ok((changes, Vec::new())),
+                    Met::No(why) => Some(why),
+                    Met::Unknown => None,
+                };
                 resumed = true;
                 self.feedback = Some(match self.ws.ignored() {
                     [] => RESUME.into(),
@@ -90,6 +97,10 @@ impl TaskContext<'_> {
                         super::integrate::some_paths(ignored)
                     )),
                 });
+                if let (Some(feedback), Some(unmet)) = (self.feedback.as_mut(), unmet) {
+                    feedback.push_str("\n\n");
+                    feedback.push_str(&unmet);
+                }
                 self.note("the agent changed nothing; resuming it once");
                 continue;
             }
@@ -100,6 +111,24 @@ impl TaskContext<'_> {
             }
             return Ok((changes, Vec::new()));
         }
+    }
+
+    /// Whether an agent that changed nothing and reported nothing left the
+    /// goal met: the task's acceptance commands (then the project tests)
+    /// pass on the unchanged tree. Unknown without acceptance commands, or
+    /// when the agent wrote files .gitignore ignores (the tree it leaves is
+    /// not the unchanged one); `No` carries the failed command's feedback.
+    fn goal_already_met(&mut self, attempt: u32) -> Result<Met, Failure> {
+        if self.t.task.acceptance.is_empty() || !self.ws.ignored().is_empty() {
+            return Ok(Met::Unknown);
+        }
+        Ok(match self.acceptance(attempt)? {
+            None => {
+                self.note("the agent changed nothing and the acceptance commands pass: the goal is met");
+                Met::Yes
+            }
+            Some(f) => Met::No(crate::accept::feedback(&f, super::FEEDBACK_LIMIT)),
+        })
     }
 
     /// The whole task's agent was killed or timed out: its first parts.
@@ -122,6 +151,14 @@ impl TaskContext<'_> {
         );
         Parts::new(tree, files)
     }
+}
+
+/// Whether a task's goal is met without a change.
+enum Met {
+    Yes,
+    /// No: the failed acceptance command's feedback.
+    No(String),
+    Unknown,
 }
 
 /// The prompt with the `# Review feedback` section, if there is feedback.

@@ -715,6 +715,23 @@ fn overloaded_claude_fails_over_to_codex() {
     assert_eq!(openai.steps(&Cli::Codex.model_path()), [0, 1], "{}", openai.log());
 }
 
+/// A built-in CLI's final message counts as its report (SPEC 3.4): Claude
+/// changes nothing and says so; it is not resumed (one model request), the
+/// acceptance commands decide.
+#[test]
+fn claude_final_message_counts_as_its_report_no_second_call() {
+    let Some(bin) = cli_dir("claude") else { return };
+    let server = Server::start("anthropic", &json!([{"text": "add() looks right to me."}]));
+    let p = calc(CASSIST_KDL, &fix_task("claude"));
+    let env = Cli::Claude.configure(&server, p.home());
+    let done = run_cli(&p, &[&bin], &env);
+    done.assert_code(1);
+    let t = done.task("fix");
+    assert_eq!((t["state"].as_str(), t["attempts"].as_u64()), (Some("failed"), Some(1)), "{t}");
+    assert!(t["reason"].as_str().unwrap().contains("acceptance command"), "{t}");
+    assert_eq!(server.steps(&Cli::Claude.model_path()), [0], "{}", server.log());
+}
+
 // ---------------------------------------------------------------------------
 // 5. The model asked for reaches the model server (issue 14)
 

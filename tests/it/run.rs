@@ -1058,6 +1058,32 @@ fn calls_of(p: &Project) -> Vec<String> {
 /// test), and changes nothing.
 const IDLE_AGENT: &str = "echo \"$CASSIST_TASK\" >> \"$HOME/.cache/cassist-test-out/calls\"";
 
+/// An agent that changes nothing and writes no report (SPEC 3.4) is
+/// resumed once, unless the task's acceptance commands pass on the
+/// unchanged tree: the goal is met already, no second (paid) call.
+#[test]
+fn an_agent_that_changes_nothing_is_resumed_once_unless_acceptance_passes() {
+    let tasks = "task \"met\" {\n    goal \"Keep x.txt.\"\n    agent \"idle\"\n    acceptance {\n        run \"test -f x.txt\"\n    }\n}\n\
+                 task \"unmet\" {\n    goal \"Write y.txt.\"\n    agent \"idle\"\n    max-iterations 1\n    acceptance {\n        run \"test -f y.txt\"\n    }\n}\n\
+                 task \"open\" {\n    goal \"Do something.\"\n    agent \"idle\"\n}\n";
+    let p = Test::trusted().sh_agent("idle", IDLE_AGENT).tasks(tasks).file("x.txt", "x\n").build();
+    let done = p.run(&["--keep-going"]).any_status().exec();
+    assert_eq!(calls_of(&p), ["met", "open", "open", "unmet", "unmet"], "{}", done.transcript());
+    let met = done.task("met");
+    assert_eq!((met["state"].as_str(), met["attempts"].as_u64()), (Some("passed"), Some(1)), "{met}");
+    assert_eq!(met["acceptance"][0]["passed"], true, "{met}");
+    assert!(done.stderr.contains("the acceptance commands pass: the goal is met"), "{}", done.stderr);
+    // Acceptance fails on the unchanged tree: resumed, told why.
+    let unmet = done.task("unmet");
+    assert_eq!((unmet["state"].as_str(), unmet["attempts"].as_u64()), (Some("failed"), Some(2)), "{unmet}");
+    let resumed = p.record("unmet", "prompt-2.md");
+    assert!(resumed.contains("You stopped without changing any file"), "{resumed}");
+    assert!(resumed.contains("test -f y.txt"), "the failed acceptance command: {resumed}");
+    // No acceptance commands: resumed once, as before.
+    assert_eq!(done.task("open")["attempts"], 2);
+    assert!(p.record("open", "prompt-2.md").contains("You stopped without changing any file"));
+}
+
 /// Without trust a `code` task could only run read-only: it fails at
 /// once, its agent never called, saying what to add to cassist.kdl; the
 /// other kinds run read-only as before (SPEC 2).
