@@ -75,6 +75,22 @@ fn check_fails_with_exit_2_and_writes_nothing_on_an_invalid_task() {
     assert!(!p.exists(".cassist"));
 }
 
+/// A model name is one word: in a task, in `defaults` and from `--model`
+/// (it becomes one argument of the agent's command).
+#[test]
+fn a_model_that_is_no_name_is_a_diagnostic() {
+    let p = trusted(&[("tasks/t.kdl", "task \"a\" {\n    goal \"G.\"\n    model \"\"\n}\n")]);
+    let out = p.cassist(&["check"]).status(2).exec();
+    assert!(out.stderr.contains("invalid model name ``") && out.stderr.contains("t.kdl:3"), "{}", out.stderr);
+    p.file("tasks/t.kdl", "task \"a\" {\n    goal \"G.\"\n    model \"claude sonnet\"\n}\n");
+    p.cassist(&["check"]).status(2).stderr_has("invalid model name `claude sonnet`").exec();
+    p.file("tasks/t.kdl", &simple_task("a"));
+    p.cassist(&["check"]).exec();
+    p.cassist(&["plan", "--model", " "]).status(2).stderr_has("invalid model name ` ` given by --model").exec();
+    p.edit("cassist.kdl", "trust", "defaults {\n    model \"a\tb\"\n}\ntrust");
+    p.cassist(&["check"]).status(2).stderr_has("invalid model name").exec();
+}
+
 #[test]
 fn files_nested_too_deep_are_a_diagnostic_not_a_crash() {
     // The KDL parser recurses once per level: hundreds of levels used to
