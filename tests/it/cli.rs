@@ -84,7 +84,7 @@ fn a_model_that_is_no_name_is_a_diagnostic() {
     assert!(out.stderr.contains("invalid model name ``") && out.stderr.contains("t.kdl:3"), "{}", out.stderr);
     p.file("tasks/t.kdl", "task \"a\" {\n    goal \"G.\"\n    model \"claude sonnet\"\n}\n");
     p.cassist(&["check"]).status(2).stderr_has("invalid model name `claude sonnet`").exec();
-    p.file("tasks/t.kdl", &simple_task("a"));
+    p.file("tasks/t.kdl", simple_task("a"));
     p.cassist(&["check"]).exec();
     p.cassist(&["plan", "--model", " "]).status(2).stderr_has("invalid model name ` ` given by --model").exec();
     p.edit("cassist.kdl", "trust", "defaults {\n    model \"a\tb\"\n}\ntrust");
