@@ -176,12 +176,34 @@ impl Layer {
     }
 }
 
-/// The project's files at workspace creation (path → stamp). Taken on a
-/// thread while the task starts; integration compares against it.
-pub type Manifest = HashMap<String, Stamp>;
-
-fn manifest_of(root: &Path) -> Manifest {
-    project_files(root).into_iter().map(|(p, m)| (p, Stamp::of(&m))).collect()
+/// When a task started, as the project's own file system stamps a change
+/// made then: the ctime of a file made in `.cassist/` (or, in a project
+/// without one, in `scratch`) and removed at once, changed until its ctime
+/// moves past the one it was made with. A file system stamps changes with
+/// a clock that ticks (by a few milliseconds, a second on some): what was
+/// written just before (another task's change, the fixture of a test) may
+/// carry the same stamp as the marker; once the stamp has moved on, every
+/// change to the tree from then on has a ctime after what was written
+/// before, at or after the returned one. The conflict check
+/// ([`conflicts`]) compares changed paths' ctimes with it. Costs well
+/// under a millisecond where stamps are fine-grained once read (Linux 6.13
+/// and later), up to one tick of the clock elsewhere.
+pub fn start_stamp(root: &Path, scratch: &Path) -> std::io::Result<i128> {
+    let state = crate::fsx::state_dir(root);
+    let dir = if state.is_dir() { state } else { scratch.to_path_buf() };
+    let marker = tempfile::Builder::new().prefix("started-").tempfile_in(dir)?;
+    let ctime = || marker.as_file().metadata().map(|m| Stamp::of(&m).ctime_ns);
+    let first = ctime()?;
+    let give_up = std::time::Instant::now() + std::time::Duration::from_millis(1100);
+    loop {
+        // A change of the marker's mode changes its ctime only.
+        marker.as_file().set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        let now = ctime()?;
+        if now > first || std::time::Instant::now() > give_up {
+            return Ok(now);
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
 }
 
 /// One task's workspace.
@@ -195,8 +217,9 @@ pub struct Workspace {
     pub dir: PathBuf,
     /// Holds the layers and their work dirs, or the copy.
     base: PathBuf,
-    /// The project's files as they were when the workspace was made.
-    manifest: Manifest,
+    /// When the task started ([`start_stamp`]): a change of the tree
+    /// stamped at or after it is a conflict.
+    started: i128,
     /// Copy mode: each file as copied (after setup: as setup left it).
     copied: HashMap<String, Copied>,
     /// Paths cassist itself placed (instructions files): never part of the
@@ -230,19 +253,19 @@ impl Workspace {
         // Whose it is: a workspace left by a cassist that was killed is
         // removed by the next run (`remove_stale`).
         std::fs::write(base.join(OWNER), std::process::id().to_string())?;
-        // The starting state of every file, read before anything runs in
-        // the workspace (and, copy mode, before copying), so that any later
-        // edit of the project, by the user or by another task's
-        // integration, is a conflict at integration rather than taken as
-        // the starting state.
-        let manifest = manifest_of(root);
+        // Taken before anything runs in the workspace (and, copy mode,
+        // before copying), so that any later edit of the project, by the
+        // user or by another task's integration, is a conflict at
+        // integration rather than taken as the starting state. O(1): the
+        // paths the task changes are checked at integration, no others.
+        let started = start_stamp(root, &base)?;
         let mut ws = Workspace {
             exe: exe.to_path_buf(),
             mode,
             root: root.to_path_buf(),
             dir: root.to_path_buf(),
             base,
-            manifest,
+            started,
             copied: HashMap::new(),
             placed: Vec::new(),
             scratch: None,
@@ -418,25 +441,26 @@ impl Workspace {
     /// the walk) is part of the starting state, and copy mode copies it.
     pub fn name_literally(&mut self, paths: &[String]) -> std::io::Result<()> {
         self.literals = paths.iter().filter(|p| !p.is_empty() && !is_reserved(p)).cloned().collect();
+        // The overlay shows the project's ignored files as they are.
+        if self.mode != Mode::Copy {
+            return Ok(());
+        }
         for rel in self.literals.clone() {
             let src = self.root.join(&rel);
-            if self.manifest.contains_key(&rel) || !plain_path(&self.root, &rel) {
+            if self.copied.contains_key(&rel) || !plain_path(&self.root, &rel) {
                 continue;
             }
             let Ok(meta) = std::fs::symlink_metadata(&src) else { continue };
             if !matches!(entry::kind(&meta), Kind::File | Kind::Symlink) {
                 continue;
             }
-            self.manifest.insert(rel.clone(), Stamp::of(&meta));
-            if self.mode == Mode::Copy {
-                let dst = self.dir.join(&rel);
-                if let Some(parent) = dst.parent() {
-                    std::fs::create_dir_all(parent)?;
-                }
-                copy_entry(&src, &dst, &meta)?;
-                if let Some(c) = copied_of(&dst, &std::fs::symlink_metadata(&dst)?)? {
-                    self.copied.insert(rel, c);
-                }
+            let dst = self.dir.join(&rel);
+            if let Some(parent) = dst.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            copy_entry(&src, &dst, &meta)?;
+            if let Some(c) = copied_of(&dst, &std::fs::symlink_metadata(&dst)?)? {
+                self.copied.insert(rel, c);
             }
         }
         Ok(())
@@ -777,7 +801,12 @@ impl Workspace {
     /// Begins integrating `changes` into the user's tree: the transaction
     /// is open; see [`integrate`].
     pub fn begin_integration(&self, changes: &ChangeSet) -> Result<journal::Open, IntegrateError> {
-        integrate(&self.root, changes, &self.manifest)
+        integrate(&self.root, changes, self.started)
+    }
+
+    /// When the task started ([`start_stamp`]).
+    pub fn started(&self) -> i128 {
+        self.started
     }
 
     /// Integrates `changes` into the user's tree and commits it at once
@@ -1305,23 +1334,18 @@ pub fn never_written(c: &Change) -> Option<String> {
     })
 }
 
-/// Begins writing `changes` into the user's tree at `root`, uncommitted,
-/// as a journaled transaction ([`crate::journal`]): the files are written
-/// when this returns, and the transaction stays open until the caller
-/// commits it (with the task's lock line) or rolls it back; a killed
-/// cassist's open transaction is rolled back by the next command.
-///
-/// A change integration must never write ([`never_written`]) refuses the
-/// whole set; then every file is checked against `manifest` (its state
-/// when the workspace was made): a file changed meanwhile is a conflict
-/// and nothing is written. Modes are written without special bits.
-pub fn integrate(root: &Path, changes: &ChangeSet, manifest: &Manifest) -> Result<journal::Open, IntegrateError> {
-    let refused: Vec<String> =
-        changes.changes.iter().filter_map(|c| never_written(c).map(|why| format!("{}: {why}", c.path))).collect();
-    if !refused.is_empty() {
-        return Err(IntegrateError::Refused(refused));
-    }
-    let mut conflicts = Vec::new();
+/// The paths of `changes` the project's tree at `root` no longer shows as
+/// the task that made them saw it when it started at `started` ([`start_stamp`]),
+/// sorted: O(change), no other file is looked at. A path is a conflict
+/// when:
+/// - it exists and its ctime is at or after the start (the user, or
+///   anything else, changed it since; nothing sets a ctime back);
+/// - the change expects it (a modified, deleted or renamed file) and it
+///   is gone;
+/// - it is a folder the change replaces by a file, and the folder holds a
+///   file the change does not remove;
+/// - a file stands where the change needs a folder on its way.
+pub fn conflicts(root: &Path, changes: &ChangeSet, started: i128) -> Vec<String> {
     // Paths the change set removes (a folder may give way to a file).
     let removed: std::collections::HashSet<&str> = changes
         .changes
@@ -1332,37 +1356,60 @@ pub fn integrate(root: &Path, changes: &ChangeSet, manifest: &Manifest) -> Resul
             _ => Vec::new(),
         })
         .collect();
-    let check = |rel: &str, conflicts: &mut Vec<String>| {
-        let now = std::fs::symlink_metadata(root.join(rel)).ok();
-        let then = manifest.get(rel).copied();
-        let same = match (now, then) {
-            (None, None) => true,
+    let changed_since = |m: &std::fs::Metadata| Stamp::of(m).ctime_ns >= started;
+    let mut out = Vec::new();
+    let mut check = |rel: &str, expected: bool| {
+        let conflict = match std::fs::symlink_metadata(root.join(rel)) {
+            Ok(m) if changed_since(&m) => true,
             // A folder the change replaces by a file: fine when every file
-            // it held at the start is removed by the change too.
-            (Some(m), None) if m.is_dir() => {
-                let prefix = format!("{rel}/");
-                let below: Vec<&String> = manifest.keys().filter(|k| k.starts_with(&prefix)).collect();
-                below.iter().all(|k| removed.contains(k.as_str()))
-                    && files_below(&root.join(rel), root)
-                        .iter()
-                        .all(|p| p.to_str().is_some_and(|p| manifest.contains_key(p)))
+            // it holds is removed by the change too.
+            Ok(m) if m.is_dir() => {
+                !files_below(&root.join(rel), root).iter().all(|p| p.to_str().is_some_and(|p| removed.contains(p)))
             }
-            (Some(m), Some(b)) => !m.is_dir() && Stamp::of(&m).untouched(&b),
-            _ => false,
+            Ok(_) => false,
+            Err(_) if expected => true,
+            // Absent, as the change expects: a file on its way that stands
+            // where a folder must be is the user's.
+            Err(_) => Path::new(rel)
+                .ancestors()
+                .skip(1)
+                .filter(|a| !a.as_os_str().is_empty())
+                .find_map(|a| std::fs::symlink_metadata(root.join(a)).ok().map(|m| (a, m)))
+                .is_some_and(|(a, m)| !m.is_dir() && !a.to_str().is_some_and(|a| removed.contains(a))),
         };
-        if !same {
-            conflicts.push(rel.to_owned());
+        if conflict {
+            out.push(rel.to_owned());
         }
     };
     for c in &changes.changes {
-        check(&c.path, &mut conflicts);
+        check(&c.path, !matches!(c.kind, ChangeKind::Added | ChangeKind::Renamed { .. }));
         if let ChangeKind::Renamed { from } = &c.kind {
-            check(from, &mut conflicts);
+            check(from, true);
         }
     }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Begins writing `changes` into the user's tree at `root`, uncommitted,
+/// as a journaled transaction ([`crate::journal`]): the files are written
+/// when this returns, and the transaction stays open until the caller
+/// commits it (with the task's lock line) or rolls it back; a killed
+/// cassist's open transaction is rolled back by the next command.
+///
+/// A change integration must never write ([`never_written`]) refuses the
+/// whole set; then the changed paths are checked against the task's start
+/// ([`conflicts`]): one changed meanwhile is a conflict and nothing is
+/// written. Modes are written without special bits.
+pub fn integrate(root: &Path, changes: &ChangeSet, started: i128) -> Result<journal::Open, IntegrateError> {
+    let refused: Vec<String> =
+        changes.changes.iter().filter_map(|c| never_written(c).map(|why| format!("{}: {why}", c.path))).collect();
+    if !refused.is_empty() {
+        return Err(IntegrateError::Refused(refused));
+    }
+    let conflicts = conflicts(root, changes, started);
     if !conflicts.is_empty() {
-        conflicts.sort();
-        conflicts.dedup();
         return Err(IntegrateError::Conflict(conflicts));
     }
     let io = |e: std::io::Error| IntegrateError::Io(e.to_string());

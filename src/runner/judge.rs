@@ -67,7 +67,7 @@ impl TaskContext<'_> {
                 sandbox: t.sandbox,
                 kind: t.task.kind,
                 constraints: &t.task.constraints,
-                project_has_tests: project_has_tests(&plan.project.root),
+                project_has_tests: t.task.kind == crate::spec::Kind::Code && tests_near(&plan.project.root, changes),
                 own_files: &own_files,
                 limits: config.limits,
             },
@@ -142,7 +142,68 @@ fn review_reason(review: &Review, read_only: bool) -> String {
     }
 }
 
-fn project_has_tests(root: &std::path::Path) -> bool {
-    let files = crate::paths::project_files(root);
-    review::has_tests(files.iter().map(|(p, _)| p.as_str()))
+/// Whether the project has tests where `changes` are: a test file or
+/// folder ([`review::looks_like_test_path`]) in one of the folders on the
+/// way from the root to a changed path. O(change): those folders are
+/// listed, never the whole project.
+fn tests_near(root: &std::path::Path, changes: &ChangeSet) -> bool {
+    let mut listed = std::collections::HashSet::new();
+    for c in &changes.changes {
+        for dir in std::path::Path::new(&c.path).ancestors().skip(1) {
+            // Its ancestors are listed too.
+            if !listed.insert(dir.to_path_buf()) {
+                break;
+            }
+            let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
+            for e in entries.flatten() {
+                let Some(name) = e.file_name().to_str().map(str::to_owned) else { continue };
+                let rel = dir.join(&name).to_string_lossy().into_owned();
+                // A folder is a test folder when a file in it would be a test.
+                let probe = if e.file_type().is_ok_and(|t| t.is_dir()) { format!("{rel}/_") } else { rel };
+                if !crate::paths::is_reserved_name(e.file_name().as_os_str()) && review::looks_like_test_path(&probe) {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::changes::{Change, ChangeKind};
+
+    fn added(path: &str) -> ChangeSet {
+        let change = Change {
+            path: path.into(),
+            kind: ChangeKind::Added,
+            old: None,
+            new: Some(b"x\n".to_vec()),
+            mode: 0o100644,
+            hazard: None,
+        };
+        ChangeSet { changes: vec![change] }
+    }
+
+    #[test]
+    fn tests_are_looked_for_on_the_way_to_the_change_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for f in ["pkg/a/src/lib.rs", "pkg/a/tests/it.rs", "pkg/b/src/lib.rs", "other/deep/x_test.go", "docs/guide.md"]
+        {
+            std::fs::create_dir_all(root.join(f).parent().unwrap()).unwrap();
+            std::fs::write(root.join(f), "x\n").unwrap();
+        }
+        // A test folder beside the changed file's folder.
+        assert!(tests_near(root, &added("pkg/a/src/lib.rs")));
+        assert!(tests_near(root, &added("pkg/a/src/new/mod.rs")));
+        // A test file in the same folder.
+        assert!(tests_near(root, &added("other/deep/x.go")));
+        // None on the way: tests elsewhere in the project are not looked for.
+        assert!(!tests_near(root, &added("pkg/b/src/lib.rs")));
+        assert!(!tests_near(root, &added("docs/guide.md")));
+        std::fs::create_dir_all(root.join("tests")).unwrap();
+        assert!(tests_near(root, &added("docs/guide.md")), "a tests/ folder at the root covers everything");
+    }
 }

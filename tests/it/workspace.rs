@@ -1339,7 +1339,7 @@ fn integrate_refuses_what_must_never_land_even_called_directly() {
     for (bad, why) in cases {
         let path = bad.path.clone();
         let set = ChangeSet { changes: vec![ok.clone(), bad] };
-        match cassist::workspace::integrate(f.path(), &set, &Default::default()) {
+        match cassist::workspace::integrate(f.path(), &set, i128::MAX) {
             Err(IntegrateError::Refused(refused)) => {
                 assert_eq!(refused.len(), 1, "{refused:?}");
                 assert!(refused[0].starts_with(&format!("{path}: ")) && refused[0].contains(why), "{refused:?}");
