@@ -29,12 +29,21 @@ pub struct Resolver {
     root: PathBuf,
     listings: HashMap<String, Arc<Vec<(String, bool)>>>,
     dir_inside: HashMap<PathBuf, Option<PathBuf>>,
+    /// Compiled globs by what follows their literal folders: a monorepo's
+    /// thousand `packages/*/src/*.ts` patterns compile `*.ts` once (a
+    /// glob's regex costs more to build than to match a folder's files).
+    matchers: HashMap<String, Option<Arc<globset::GlobMatcher>>>,
 }
 
 impl Resolver {
     /// `root` must be canonical.
     pub fn new(root: &Path) -> Resolver {
-        Resolver { root: root.to_path_buf(), listings: HashMap::new(), dir_inside: HashMap::new() }
+        Resolver {
+            root: root.to_path_buf(),
+            listings: HashMap::new(),
+            dir_inside: HashMap::new(),
+            matchers: HashMap::new(),
+        }
     }
 
     /// The files `pattern` names, sorted. A literal path naming a folder
@@ -67,15 +76,17 @@ impl Resolver {
                 }
             }
         }
-        let glob = match build_glob(&pattern) {
-            Ok(g) => g.compile_matcher(),
-            Err(_) => return Ok(Vec::new()), // reported when the spec was read
-        };
+        // The literal folders match themselves: the rest of the pattern is
+        // matched against the rest of each path below them.
         let prefix = literal_prefix(&pattern);
+        let skip = if prefix.is_empty() { 0 } else { prefix.len() + 1 };
+        let Some(glob) = self.matcher(&pattern[skip..]) else {
+            return Ok(Vec::new()); // reported when the spec was read
+        };
         let listing = self.listing(&prefix);
         let mut out = Vec::new();
         for (path, is_link) in listing.iter() {
-            if glob.is_match(path) {
+            if path.get(skip..).is_some_and(|rest| glob.is_match(rest)) {
                 if *is_link {
                     out.extend(self.check_file(path)?);
                 } else if let Some(stamp) = self.stamp(path) {
@@ -84,6 +95,14 @@ impl Resolver {
             }
         }
         Ok(out)
+    }
+
+    /// The compiled glob `rest`, `None` when it is not a glob.
+    fn matcher(&mut self, rest: &str) -> Option<Arc<globset::GlobMatcher>> {
+        self.matchers
+            .entry(rest.to_owned())
+            .or_insert_with(|| build_glob(rest).ok().map(|g| Arc::new(g.compile_matcher())))
+            .clone()
     }
 
     /// A file git ignores that the glob `pattern` matches, for a glob
@@ -288,8 +307,22 @@ fn listed(root: &Path, entry: &ignore::DirEntry) -> Option<(String, bool)> {
     if ft.is_dir() {
         return None;
     }
-    let rel = entry.path().strip_prefix(root).ok()?.to_str()?;
-    Some((rel.to_owned(), ft.is_symlink()))
+    Some((relative(root, entry.path())?.to_owned(), ft.is_symlink()))
+}
+
+/// `path` relative to `root` (`""` for the root itself), when it lies below
+/// it as written: a comparison of bytes, not of components (a walk's paths
+/// are the root joined with what it found).
+fn relative<'a>(root: &Path, path: &'a Path) -> Option<&'a str> {
+    let root = root.as_os_str().as_encoded_bytes();
+    let rest = path.as_os_str().as_encoded_bytes().strip_prefix(root)?;
+    let rest = match rest {
+        [] => rest,
+        _ if root.ends_with(b"/") => rest,
+        [b'/', rest @ ..] => rest,
+        _ => return None,
+    };
+    std::str::from_utf8(rest).ok()
 }
 
 /// The folders before the first glob character.
@@ -399,6 +432,40 @@ mod tests {
         assert_eq!(r.escapes(&root.join("packages/alias/src")), None);
         assert_eq!(r.escapes(&root.join("packages/a/src")), None);
         assert_eq!(r.escapes(&root.join("packages/missing")), None);
+    }
+
+    #[test]
+    fn a_glob_matched_below_its_literal_folders_finds_what_the_whole_glob_finds() {
+        let (_dir, _outside, root) = project();
+        let mut r = Resolver::new(&root);
+        let all = r.listing("");
+        for p in [
+            "packages/a/src/**",
+            "packages/c/src/*",
+            "packages/*/src/*.rs",
+            "packages/a/**/x.rs",
+            "packages/a/src/**/*.rs",
+            "packages/a/src/[dm]*",
+            "packages/a/src/{main.rs,deep/x.rs}",
+            "packages/a/src/*/x.rs",
+            "src/*.rs",
+            "**/x.rs",
+        ] {
+            let whole = build_glob(p).unwrap().compile_matcher();
+            let expected: Vec<&str> = all.iter().map(|(f, _)| f.as_str()).filter(|f| whole.is_match(f)).collect();
+            let found: Vec<String> = r.resolve(p).unwrap().into_iter().map(|f| f.path).collect();
+            assert!(!expected.is_empty(), "{p}");
+            assert_eq!(found, expected, "{p}");
+        }
+        assert_eq!(r.matchers.len(), 9, "one compiled glob per distinct rest: {:?}", r.matchers.keys());
+    }
+
+    #[test]
+    fn paths_relative_to_the_root() {
+        assert_eq!(relative(Path::new("/r/p"), Path::new("/r/p/a/b")), Some("a/b"));
+        assert_eq!(relative(Path::new("/r/p"), Path::new("/r/p")), Some(""));
+        assert_eq!(relative(Path::new("/r/p"), Path::new("/r/pq/a")), None);
+        assert_eq!(relative(Path::new("/"), Path::new("/a/b")), Some("a/b"));
     }
 
     #[test]
