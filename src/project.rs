@@ -1,5 +1,6 @@
 //! The project: its root folder and config.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::spec::config::{ProjectConfig, TestSetting, parse_config};
@@ -57,7 +58,27 @@ impl Project {
         } else {
             std::env::current_dir().unwrap_or_default().join(path)
         };
-        let abs = std::fs::canonicalize(&abs).unwrap_or(abs);
+        self.shown(std::fs::canonicalize(&abs).unwrap_or(abs))
+    }
+
+    /// [`display`](Self::display) of many paths: a file that is not a
+    /// symlink is shown from the real path of its folder, found once per
+    /// folder (in `folders`), not from a `realpath` of its own (a readlink
+    /// per folder above it, for each of a thousand task files).
+    pub fn display_in(&self, path: &Path, folders: &mut HashMap<PathBuf, PathBuf>) -> String {
+        let link = std::fs::symlink_metadata(path).map_or(true, |m| m.file_type().is_symlink());
+        match (path.parent(), path.file_name()) {
+            (Some(dir), Some(name)) if path.is_absolute() && !link => {
+                let real = folders
+                    .entry(dir.to_path_buf())
+                    .or_insert_with(|| std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()));
+                self.shown(real.join(name))
+            }
+            _ => self.display(path),
+        }
+    }
+
+    fn shown(&self, abs: PathBuf) -> String {
         match abs.strip_prefix(&self.root) {
             Ok(rel) if !rel.as_os_str().is_empty() => rel.to_string_lossy().into_owned(),
             _ => abs.to_string_lossy().into_owned(),

@@ -385,8 +385,9 @@ fn parse_files(
         let mut tasks = Vec::new();
         let mut partial = false;
         let mut fresh = Vec::new();
+        let mut folders = HashMap::new();
         for path in part {
-            match read_source(path, project.display(path)) {
+            match read_source(path, project.display_in(path, &mut folders)) {
                 Ok(src) => {
                     if let Some(t) = cache_ro.get(&src) {
                         tasks.extend(t);
