@@ -147,21 +147,36 @@ impl Lock {
 
     /// The file's text: sorted, stable.
     pub fn render(&self) -> String {
-        let mut out =
-            String::from("// cassist.lock: what `cassist run` recorded for each task. Commit this file.\nversion 1\n");
+        const HEAD: &str = "// cassist.lock: what `cassist run` recorded for each task. Commit this file.\nversion 1\n";
+        // Written in place, one push per piece: a lock of a thousand
+        // tasks is rewritten after each of them.
+        let mut out = String::with_capacity(HEAD.len() + self.tasks.len() * 400);
+        out.push_str(HEAD);
+        let field = |out: &mut String, key: &str, value: &str| {
+            out.push_str("    ");
+            out.push_str(key);
+            out.push(' ');
+            push_quoted(out, value);
+            out.push('\n');
+        };
         for (name, e) in &self.tasks {
-            out.push_str(&format!("\ntask {}{{\n", quote(name) + " "));
-            out.push_str(&format!("    before {}\n", quote(&e.before)));
-            out.push_str(&format!("    after {}\n", quote(&e.after)));
+            out.push_str("\ntask ");
+            push_quoted(&mut out, name);
+            out.push_str(" {\n");
+            field(&mut out, "before", &e.before);
+            field(&mut out, "after", &e.after);
             if let Some(o) = &e.outputs {
-                out.push_str(&format!("    outputs {}\n", quote(o)));
+                field(&mut out, "outputs", o);
             }
-            out.push_str(&format!("    patch {}\n", quote(&e.patch)));
-            match &e.agent_version {
-                Some(v) => out.push_str(&format!("    agent {} version={}\n", quote(&e.agent), quote(v))),
-                None => out.push_str(&format!("    agent {}\n", quote(&e.agent))),
+            field(&mut out, "patch", &e.patch);
+            out.push_str("    agent ");
+            push_quoted(&mut out, &e.agent);
+            if let Some(v) = &e.agent_version {
+                out.push_str(" version=");
+                push_quoted(&mut out, v);
             }
-            out.push_str(&format!("    date {}\n", quote(&e.date)));
+            out.push('\n');
+            field(&mut out, "date", &e.date);
             out.push_str("}\n");
         }
         out
@@ -251,6 +266,9 @@ fn parse_own_format(text: &str) -> Option<Lock> {
 /// not exactly one.
 fn unquote(s: &str) -> Option<String> {
     let inner = s.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains(['"', '\\']) {
+        return Some(inner.to_owned());
+    }
     let mut out = String::with_capacity(inner.len());
     let mut chars = inner.chars();
     while let Some(c) = chars.next() {
@@ -277,10 +295,14 @@ fn unquote(s: &str) -> Option<String> {
     Some(out)
 }
 
-/// A KDL string literal.
-fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
+/// `s` as a KDL string literal, onto the end of `out`.
+fn push_quoted(out: &mut String, s: &str) {
     out.push('"');
+    if !s.chars().any(|c| c == '"' || c == '\\' || c.is_control()) {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -293,7 +315,6 @@ fn quote(s: &str) -> String {
         }
     }
     out.push('"');
-    out
 }
 
 /// The current time, RFC 3339 in UTC, to the second.
@@ -345,7 +366,7 @@ mod tests {
     #[test]
     fn the_fast_reader_agrees_with_kdl() {
         let mut lock = Lock::default();
-        lock.tasks.insert("a \"quoted\" \\ name\tx".into(), entry(1));
+        lock.tasks.insert("a \"quoted\" \\ name\tx\u{1}".into(), entry(1));
         lock.tasks.insert("b".into(), LockEntry { agent_version: None, ..entry(2) });
         lock.tasks.insert("c".into(), LockEntry { outputs: None, ..entry(3) });
         let text = lock.render();
