@@ -31,13 +31,27 @@ pub fn ensure_state_dir(root: &Path) -> std::io::Result<PathBuf> {
 /// mode any file the user writes gets (`0o666` less the umask; tempfile
 /// makes `0o600`).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace(path, bytes, true)
+}
+
+/// [`write_atomic`] for a cache cassist can rebuild: not synced to disk
+/// (a reader still never sees half a file; after a power cut the file may
+/// be the old one, or empty, and its reader starts over), so that a run
+/// pays no disk flush for its caches.
+pub fn write_cache(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace(path, bytes, false)
+}
+
+fn replace(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::Builder::new().prefix(TMP_PREFIX).tempfile_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o666 & !umask()))?;
-    tmp.as_file().sync_data()?;
+    if sync {
+        tmp.as_file().sync_data()?;
+    }
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }

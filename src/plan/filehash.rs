@@ -161,7 +161,7 @@ impl FileHashCache {
             text.push_str(&self.text[l.start..l.end]);
             text.push('\n');
         }
-        crate::fsx::write_atomic(&self.path, text.as_bytes())?;
+        crate::fsx::write_cache(&self.path, text.as_bytes())?;
         *self = FileHashCache::load_text(std::mem::take(&mut self.path), text, self.hashed);
         Ok(())
     }

@@ -70,7 +70,7 @@ impl SpecCache {
             return Ok(());
         }
         let bytes = serde_json::to_vec(&self.doc).map_err(std::io::Error::other)?;
-        crate::fsx::write_atomic(&self.path, &bytes)?;
+        crate::fsx::write_cache(&self.path, &bytes)?;
         self.dirty = false;
         Ok(())
     }
