@@ -143,6 +143,9 @@ struct Schedule<'a> {
     reports: Vec<TaskEnd>,
     outputs: HashMap<String, String>,
     lock: Lock,
+    /// The stored entries of the tasks planned up-to-date, as they are
+    /// shown, by input hash: read ahead on every core.
+    shown: HashMap<String, crate::store::EntrySummary>,
     needs_agent: Vec<(String, Vec<String>)>,
     /// Fail-fast: why no new task starts.
     stop: Option<String>,
@@ -166,6 +169,7 @@ impl<'a> Schedule<'a> {
             .collect();
         let slots = tasks.iter().map(|_| Slot::Waiting).collect();
         let lock = runner.plan.lock.clone();
+        let shown = if opts.no_cache { HashMap::new() } else { read_shown(&runner.plan.store, &tasks, &lock) };
         Schedule {
             reports: Vec::with_capacity(tasks.len()),
             runner,
@@ -176,6 +180,7 @@ impl<'a> Schedule<'a> {
             slots,
             outputs,
             lock,
+            shown,
             needs_agent: Vec::new(),
             stop: None,
             touched: false,
@@ -353,7 +358,7 @@ impl Schedule<'_> {
             warn(&crate::plan::unusable_warning(&t.task.name, why).message);
         }
         match t.state {
-            State::UpToDate => Start::Done(Box::new(up_to_date(runner, t, &self.lock))),
+            State::UpToDate => Start::Done(Box::new(up_to_date(runner, t, &self.lock, &self.shown))),
             // Started above; never reached.
             State::Replay => Start::Done(Box::new(t.end().ended(TaskState::Failed, "internal error: replay"))),
             State::Run if self.opts.locked => {
@@ -485,14 +490,41 @@ fn warn(message: &str) {
     crate::errln!("warning: {message}");
 }
 
+/// The entries of the tasks planned up-to-date, as [`up_to_date`] shows
+/// them, read on every core: a run with a thousand up-to-date tasks reads a
+/// thousand entries before it can say so.
+fn read_shown(
+    store: &crate::store::Store,
+    tasks: &[PlannedTask],
+    lock: &Lock,
+) -> HashMap<String, crate::store::EntrySummary> {
+    let keys: Vec<&str> = tasks
+        .iter()
+        .filter(|t| t.state == State::UpToDate)
+        .filter_map(|t| lock.tasks.get(&t.task.name))
+        .map(|l| l.before.as_str())
+        .collect();
+    crate::plan::par_chunks(&keys, |part| {
+        part.iter().filter_map(|k| store.get_summary(k).map(|e| (k.to_string(), e))).collect::<Vec<_>>()
+    })
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
 /// A task whose inputs equal its recorded after-state: nothing to do; its
-/// stored summary is shown.
-fn up_to_date(runner: &Runner, t: &PlannedTask, lock: &Lock) -> TaskEnd {
+/// stored summary is shown (read ahead in `shown`, else now).
+fn up_to_date(
+    runner: &Runner,
+    t: &PlannedTask,
+    lock: &Lock,
+    shown: &HashMap<String, crate::store::EntrySummary>,
+) -> TaskEnd {
     let mut r = t.end();
     r.report.state = TaskState::UpToDate;
     if let Some(l) = lock.tasks.get(&t.task.name) {
         r.report.agent = l.agent.clone();
-        if let Some(entry) = runner.plan.store.get_summary(&l.before) {
+        if let Some(entry) = shown.get(&l.before).cloned().or_else(|| runner.plan.store.get_summary(&l.before)) {
             r.report.summary = entry.summary.clone();
             r.report.changed_files = entry.changes.iter().map(|c| c.path.clone()).collect();
             // The stored transcript, for `--output-logs`-style inspection.

@@ -360,7 +360,7 @@ pub fn timing(phase: &str) {
 
 /// `f` over `items` split in one chunk per core (at most 8), on scoped
 /// threads; the results in the items' order.
-fn par_chunks<T: Sync, R: Send>(items: &[T], f: impl Fn(&[T]) -> R + Sync) -> Vec<R> {
+pub fn par_chunks<T: Sync, R: Send>(items: &[T], f: impl Fn(&[T]) -> R + Sync) -> Vec<R> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
     let chunk = items.len().div_ceil(threads).max(1);
     let f = &f;
