@@ -51,11 +51,18 @@ fn command() -> clap::Command {
         .mut_subcommand("run", |c| c.mut_arg("filter", |a| a.add(ArgValueCandidates::new(task_names))))
 }
 
-/// The names of the tasks under the current folder's project (`tasks/`),
-/// read as far as the files allow: a task file with an error elsewhere
-/// still names its tasks. Nothing is written.
+/// The names of the tasks under the project of the current folder, or of
+/// the `-C DIR` on the line being completed (`tasks/`), read as far as the
+/// files allow: a task file with an error elsewhere still names its tasks.
+/// Nothing is written.
 fn task_names() -> Vec<CompletionCandidate> {
-    let Ok(cwd) = std::env::current_dir() else { return Vec::new() };
+    let Ok(here) = std::env::current_dir() else { return Vec::new() };
+    // The line being completed follows `--` (`cassist -- cassist -C DIR prompt …`).
+    let line: Vec<OsString> = std::env::args_os().skip_while(|a| a != "--").skip(1).collect();
+    let cwd = match dir_option(&line) {
+        Some(dir) => here.join(dir),
+        None => here,
+    };
     let root = crate::project::find_root(&cwd);
     let Ok(files) = crate::plan::discover::task_files(&cwd, &root, &[]) else { return Vec::new() };
     let mut names = Vec::new();
@@ -71,8 +78,34 @@ fn task_names() -> Vec<CompletionCandidate> {
     names
 }
 
+/// The last `-C DIR` (or `-CDIR`) of a command line.
+fn dir_option(line: &[OsString]) -> Option<std::path::PathBuf> {
+    let mut dir = None;
+    for (i, arg) in line.iter().enumerate() {
+        let Some(arg) = arg.to_str() else { continue };
+        if arg == "--" {
+            break;
+        }
+        if arg == "-C" {
+            dir = line.get(i + 1).map(std::path::PathBuf::from);
+        } else if let Some(rest) = arg.strip_prefix("-C") {
+            dir = Some(std::path::PathBuf::from(rest));
+        }
+    }
+    dir
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_folder_of_dash_c_is_found_on_the_line() {
+        let line = |args: &[&str]| args.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        let dir = |args: &[&str]| super::dir_option(&line(args)).map(|p| p.display().to_string());
+        assert_eq!(dir(&["cassist", "-C", "demo", "prompt", "add"]), Some("demo".into()));
+        assert_eq!(dir(&["cassist", "-Cdemo", "prompt"]), Some("demo".into()));
+        assert_eq!(dir(&["cassist", "prompt", "add"]), None);
+    }
+
     /// The command line with its completers is still a valid one (clap
     /// checks every subcommand when completing, not only the one run).
     #[test]

@@ -9,7 +9,9 @@ use std::process::Stdio;
 
 use serde_json::Value;
 
-use crate::support::{Output, Project, Test, flat, map as map_of, names, section, snapshot, task, write_executable};
+use crate::support::{
+    Output, Project, Test, copy_tree, flat, map as map_of, names, section, snapshot, task, write_executable,
+};
 
 /// The `name` of the task's input of kind `kind` (the first one).
 fn input(task: &Value, kind: &str) -> String {
@@ -662,7 +664,7 @@ fn bash_completes(p: &Project, words: &[&str]) -> Vec<String> {
         .expect("bash");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect()
+    String::from_utf8(out.stdout).unwrap().lines().filter(|l| !l.is_empty()).map(str::to_owned).collect()
 }
 
 #[test]
@@ -682,6 +684,13 @@ fn completions_complete_subcommands_and_task_names() {
     assert_eq!(bash_completes(&p, &["prompt", "add-"]), ["add-slugify", "add-truncate"]);
     assert_eq!(bash_completes(&p, &["explain", "sur"]), ["survey-textkit"]);
     assert_eq!(bash_completes(&p, &["run", "--filter", "add-t"]), ["add-truncate"]);
+    // `-C DIR`: the tasks of that project.
+    let outer = Test::new().build();
+    let inner = outer.path().join("proj");
+    std::fs::create_dir_all(&inner).unwrap();
+    copy_tree(p.path(), &inner);
+    assert_eq!(bash_completes(&outer, &["-C", "proj", "prompt", "add-s"]), ["add-slugify"]);
+    assert_eq!(bash_completes(&outer, &["prompt", "add-s"]), Vec::<String>::new());
     // A task file with an error elsewhere still names its tasks.
     p.file("tasks/t.kdl", "task \"add-slugify\" {\n    goal \"a\"\n    timeout \"1.5m\"\n}\n");
     assert_eq!(bash_completes(&p, &["prompt", "add"]), ["add-slugify"]);
