@@ -93,12 +93,15 @@ impl FileHashCache {
 
     /// What the cache knows of `path`.
     fn get(&self, path: &str) -> Option<Entry> {
-        if let Some(e) = self.fresh.get(path) {
+        // Nothing hashed yet in an unchanged project: no key to hash.
+        if !self.fresh.is_empty()
+            && let Some(e) = self.fresh.get(path)
+        {
             return Some(*e);
         }
         let i = self.lines.binary_search_by(|&l| self.path_of(l).cmp(path)).ok()?;
         let l = self.lines[i];
-        parse_line(&self.text[l.start..l.end]).map(|(_, e)| e)
+        parse_entry(&self.text[l.start..l.path])
     }
 
     /// The blake3 hash of each file, in order. Files whose size, mtime and
@@ -167,17 +170,15 @@ impl FileHashCache {
     }
 }
 
-fn parse_line(line: &str) -> Option<(String, Entry)> {
-    let mut it = line.splitn(5, ' ');
+/// The entry of a line without its path: `ino size mtime hash ` (the path
+/// is what the line was found by).
+fn parse_entry(fields: &str) -> Option<Entry> {
+    let mut it = fields.split(' ');
     let ino = it.next()?.parse().ok()?;
     let size = it.next()?.parse().ok()?;
     let mtime_ns = it.next()?.parse().ok()?;
     let hash = blake3::Hash::from_hex(it.next()?).ok()?;
-    let path = it.next()?.to_owned();
-    Some((
-        path,
-        Entry { stamp: Stamp { size, mtime_ns, ino, ..Stamp::default() }, hash: *hash.as_bytes(), trusted: true },
-    ))
+    Some(Entry { stamp: Stamp { size, mtime_ns, ino, ..Stamp::default() }, hash: *hash.as_bytes(), trusted: true })
 }
 
 fn now_ns() -> i128 {
