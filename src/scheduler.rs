@@ -17,6 +17,7 @@ use crate::event::{TaskEnd, TaskState};
 use crate::lock::Lock;
 use crate::plan::state::Basis;
 use crate::plan::{PlannedTask, State};
+use crate::runner::flush::Flushed;
 use crate::runner::{Runner, TaskResult};
 
 /// How to schedule.
@@ -125,7 +126,12 @@ async fn schedule(
         };
         run.running -= 1;
         run.done(i, &t, r, finished);
+        // A quiescent point: no task's view spans the write.
+        if run.running == 0 {
+            run.flush();
+        }
     }
+    run.flush();
     run.outcome()
 }
 
@@ -471,8 +477,7 @@ impl Schedule<'_> {
             // something, the lock is still never written.
             return None;
         }
-        let recorded = r.lock_line.as_ref().is_some_and(|l| l.entry.is_some());
-        if !recorded {
+        if !r.recorded {
             return None;
         }
         match crate::cache::finish_record(&self.runner.plan.store, t, r) {
@@ -480,6 +485,35 @@ impl Schedule<'_> {
             Err(e) => {
                 crate::errln!("warning: could not complete the record of `{}` in the cache: {e}", t.task.name);
                 self.lock.tasks.get(&t.task.name).map(|l| l.patch.clone())
+            }
+        }
+    }
+}
+
+impl Schedule<'_> {
+    /// Writes what passed into the user's tree ([`Runner::flush`]): the
+    /// lock lines join the lock as this run sees it; a task whose change
+    /// could not be written fails, with why (its progress line stands;
+    /// the summary and the reports say it).
+    fn flush(&mut self) {
+        for flushed in self.runner.flush() {
+            match flushed {
+                Flushed::Written { line: Some(line), .. } => {
+                    self.lock.apply(std::slice::from_ref(&line));
+                }
+                Flushed::Written { line: None, .. } => {}
+                Flushed::NotWritten { task, reason } => {
+                    let Some(&i) = self.index.get(&task) else { continue };
+                    let Slot::Done(r) = self.slots[i] else { continue };
+                    let end = &mut self.reports[r];
+                    end.report.state = TaskState::Failed;
+                    end.report.reason = Some(reason.clone());
+                    crate::errln!("error: `{task}` passed but could not be integrated: {reason}");
+                    if !self.opts.keep_going && self.stop.is_none() {
+                        self.stop =
+                            Some(format!("not started: `{task}` failed (use --keep-going to run independent tasks)"));
+                    }
+                }
             }
         }
     }

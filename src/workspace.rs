@@ -17,11 +17,20 @@
 //!   after it: what they write (`__pycache__/`, `target/`, coverage) is
 //!   never part of the change, never seen by the next attempt and never
 //!   blamed on the agent;
-//! - the project's `build` commands, run after integration, write a build
-//!   layer over the user's tree as integrated (not over the workspace's
-//!   layers), thrown away after them: the "still compiles" check reads the
-//!   integrated tree, and nothing it writes reaches the user's tree (no
-//!   build script rewrites `cassist.kdl`, a task file, `.git` or the store).
+//! - the project's `build` commands write a build layer over the task's
+//!   integration layer, the integration layers of the changes that passed
+//!   before and the user's tree (not over the workspace's own layers),
+//!   thrown away after them: the "still compiles" check reads the tree as
+//!   the change will leave it, and nothing it writes reaches the user's
+//!   tree (no build script rewrites `cassist.kdl`, a task file, `.git` or
+//!   the store).
+//!
+//! Under the setup layer, a workspace stacks the *integration layers*
+//! ([`IntegrationLayer`]) that existed when it was made, newest first: the
+//! changes of tasks that passed but are not in the user's tree yet (the
+//! tree is written only when no task runs). Its view is fixed when it is
+//! made: nothing that passes later appears in it, and the lower layers of
+//! a mounted overlay never change.
 //!
 //! The lower layers are a list (top first) so that more can go under them.
 //!
@@ -31,13 +40,16 @@
 //! measured from, and acceptance runs on a throw-away copy of the agent's
 //! result, at the workspace's own path (the agent's result is set aside
 //! meanwhile and put back after); the build, on a throw-away copy of the
-//! user's tree as integrated, at the same path.
+//! user's tree with the integration layers written over it, at the same
+//! path. A copy workspace is the project with its integration layers
+//! written over it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::changes::{Change, ChangeKind, ChangeSet};
 use crate::entry::{self, Kind, Reader, raw_path};
@@ -233,6 +245,14 @@ pub struct Workspace {
     keep: bool,
     /// The task's name (what a kept workspace's marker names).
     name: String,
+    /// The integration layers it stacks over the project, newest first:
+    /// the changes that had passed but were not yet in the tree when it
+    /// was made ([`create_over`](Self::create_over)).
+    stack: Vec<Arc<IntegrationLayer>>,
+    /// The layers the build stacks ([`begin_build_over`](Self::begin_build_over)).
+    build_stack: Vec<Arc<IntegrationLayer>>,
+    /// How many changes had landed when it was made (the runner's count).
+    pub view: u64,
     /// The files the task's scope names literally: part of the change
     /// even when `.gitignore` ignores them ([`name_literally`](Self::name_literally)).
     literals: Vec<String>,
@@ -247,6 +267,21 @@ impl Workspace {
     /// Makes a workspace for `root` under `parent` (a folder outside the
     /// project: overlayfs refuses an upper dir inside its lower dir).
     pub fn create(exe: &Path, root: &Path, parent: &Path, mode: Mode, name: &str) -> std::io::Result<Workspace> {
+        Workspace::create_over(exe, root, parent, mode, name, Vec::new())
+    }
+
+    /// [`create`](Self::create) with integration layers over the project
+    /// (newest first): the workspace sees the project as they leave it,
+    /// and nothing that lands later. Copy mode copies the project and
+    /// writes the layers over the copy.
+    pub fn create_over(
+        exe: &Path,
+        root: &Path,
+        parent: &Path,
+        mode: Mode,
+        name: &str,
+        stack: Vec<Arc<IntegrationLayer>>,
+    ) -> std::io::Result<Workspace> {
         let root = &root.canonicalize()?;
         std::fs::create_dir_all(parent)?;
         let base = tempfile::Builder::new().prefix(&format!("{}-", sanitize(name))).tempdir_in(parent)?.keep();
@@ -275,6 +310,9 @@ impl Workspace {
             literals: Vec::new(),
             ignored: Vec::new(),
             setup_ignored: Default::default(),
+            stack,
+            build_stack: Vec::new(),
+            view: 0,
         };
         match mode {
             Mode::Overlay => {
@@ -287,6 +325,9 @@ impl Workspace {
                 let copy = ws.base.join("project");
                 std::fs::create_dir(&copy)?;
                 copy_project(root, &copy)?;
+                for layer in ws.stack.iter().rev() {
+                    apply_layer(&layer.dir, &copy)?;
+                }
                 ws.copied = hash_files(&copy)?;
                 ws.dir = copy;
             }
@@ -316,7 +357,18 @@ impl Workspace {
             Layer::Agent => &[Layer::Setup],
             Layer::Scratch => &[Layer::Agent, Layer::Setup],
         };
-        below.iter().map(|l| self.layer(*l)).chain([self.root.clone()]).collect()
+        let stack = if layer == Layer::Build { &self.build_stack } else { &self.stack };
+        below
+            .iter()
+            .map(|l| self.layer(*l))
+            .chain(stack.iter().map(|l| l.dir.clone()))
+            .chain([self.root.clone()])
+            .collect()
+    }
+
+    /// The integration layers it stacks, newest first.
+    pub fn stack(&self) -> &[Arc<IntegrationLayer>] {
+        &self.stack
     }
 
     /// The argv that runs `argv` in the workspace, writing `layer`, as
@@ -366,6 +418,14 @@ impl Workspace {
     /// result is set aside and a throw-away copy of the user's tree takes
     /// its place. Ended by [`end_scratch`](Self::end_scratch).
     pub fn begin_build(&mut self) -> std::io::Result<()> {
+        self.begin_build_over(Vec::new())
+    }
+
+    /// [`begin_build`](Self::begin_build) over integration layers (newest
+    /// first) over the user's tree: the changes that passed and are not
+    /// written yet.
+    pub fn begin_build_over(&mut self, stack: Vec<Arc<IntegrationLayer>>) -> std::io::Result<()> {
+        self.build_stack = stack;
         self.begin_throwaway(Layer::Build)
     }
 
@@ -381,7 +441,11 @@ impl Workspace {
                 std::fs::rename(&self.dir, &aside)?;
                 self.scratch = Some(layer);
                 return match layer {
-                    Layer::Build => std::fs::create_dir(&self.dir).and_then(|()| copy_project(&self.root, &self.dir)),
+                    Layer::Build => {
+                        std::fs::create_dir(&self.dir)?;
+                        copy_project(&self.root, &self.dir)?;
+                        self.build_stack.iter().rev().try_for_each(|l| apply_layer(&l.dir, &self.dir))
+                    }
                     _ => copy_tree(&aside, &self.dir),
                 };
             }
@@ -652,7 +716,7 @@ impl Workspace {
         }
         for rel in self.copied.keys() {
             if !seen.contains(rel) {
-                insert_change(out, reader.deleted(Path::new(rel), &self.root.join(rel)));
+                insert_change(out, reader.deleted(Path::new(rel), &self.started_from(Path::new(rel))));
             }
         }
         Ok(())
@@ -681,13 +745,20 @@ impl Workspace {
         {
             return Ok(());
         }
-        let orig = self.root.join(rel);
+        let orig = self.started_from(rel);
         let old = match copied {
             Some(_) => std::fs::symlink_metadata(&orig).ok(),
             None => None,
         };
         insert_change(out, reader.change(rel, path, meta, old.as_ref().map(|m| (orig.as_path(), m)))?);
         Ok(())
+    }
+
+    /// Where the file at `rel` the task started from is: in the newest of
+    /// its integration layers that has it, else in the project.
+    fn started_from(&self, rel: &Path) -> PathBuf {
+        let view: Vec<PathBuf> = self.stack.iter().map(|l| l.dir.clone()).chain([self.root.clone()]).collect();
+        Lowers::new(&view).path(rel).unwrap_or_else(|| self.root.join(rel))
     }
 
     /// Copy mode: the ignored entries of the copy (a folder as a whole,
@@ -831,6 +902,8 @@ impl Drop for Workspace {
 }
 
 const OWNER: &str = "owner.pid";
+/// The prefix of a process's folder of integration layers ([`layers_home`]).
+const LAYERS: &str = "layers-";
 /// The marker of a kept workspace ([`KeptMarker`]).
 const KEPT: &str = "kept";
 /// Where a kept workspace's tree is.
@@ -1025,9 +1098,21 @@ pub fn parent_dir(root: &Path) -> PathBuf {
     dir
 }
 
+/// Where this process keeps its integration layers under `parent`.
+pub fn layers_home(parent: &Path) -> PathBuf {
+    parent.join(format!("{LAYERS}{}", std::process::id()))
+}
+
+/// Removes this process's folder of integration layers once nothing uses
+/// them (the end of a run).
+pub fn remove_layers(parent: &Path) {
+    remove_tree(&layers_home(parent));
+}
+
 /// Removes the workspaces under `parent` whose cassist process is gone (a
-/// run killed with SIGKILL cannot clean up after itself), but the kept
-/// ones ([`Workspace::keep`]). Returns how many.
+/// run killed with SIGKILL cannot clean up after itself), and such a
+/// process's integration layers, but the kept workspaces
+/// ([`Workspace::keep`]). Returns how many.
 pub fn remove_stale(parent: &Path) -> usize {
     let mut removed = 0;
     let Ok(rd) = std::fs::read_dir(parent) else { return 0 };
@@ -1036,7 +1121,9 @@ pub fn remove_stale(parent: &Path) -> usize {
         if dir.join(KEPT).exists() {
             continue;
         }
-        let Some(pid) = std::fs::read_to_string(dir.join(OWNER)).ok().and_then(|s| s.trim().parse::<i32>().ok()) else {
+        let layers_of = e.file_name().to_str().and_then(|n| n.strip_prefix(LAYERS)).and_then(|p| p.parse::<i32>().ok());
+        let owner = || std::fs::read_to_string(dir.join(OWNER)).ok().and_then(|s| s.trim().parse::<i32>().ok());
+        let Some(pid) = layers_of.or_else(owner) else {
             continue;
         };
         let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
@@ -1288,6 +1375,145 @@ impl IgnoreCheck {
     }
 }
 
+/// An integration layer: exactly one accepted change (or several merged),
+/// as an overlay layer: its written files, whiteouts for what it deletes.
+/// Made once, never changed; workspaces started while it is pending stack
+/// it over the project ([`Workspace::create_over`]). Removed when the last
+/// workspace using it (and the run's list of pending layers) lets it go.
+#[derive(Debug)]
+pub struct IntegrationLayer {
+    dir: PathBuf,
+    /// The paths it writes or deletes.
+    paths: std::collections::BTreeSet<String>,
+}
+
+impl IntegrationLayer {
+    /// Writes `changes` (applied in order: a later change of a path wins)
+    /// into a new layer under `parent`. O(change).
+    /// The layers live in `<parent>/layers-<pid>/` ([`layers_home`]),
+    /// whose name says whose they are: a run killed before removing them
+    /// leaves them to the next run's [`remove_stale`].
+    pub fn create(parent: &Path, name: &str, changes: &[&ChangeSet]) -> std::io::Result<IntegrationLayer> {
+        let home = layers_home(parent);
+        std::fs::create_dir_all(&home)?;
+        let dir = tempfile::Builder::new().prefix(&format!("{}-", sanitize(name))).tempdir_in(&home)?.keep();
+        let mut layer = IntegrationLayer { dir, paths: Default::default() };
+        for (path, op) in fold(changes) {
+            layer.paths.insert(path.clone());
+            let target = layer.dir.join(&path);
+            // What stands in this layer where a folder on the way must be:
+            // a file of an earlier change (it hides the folder below, so
+            // a deletion under it is done already), or a whiteout.
+            let blocking = Path::new(&path)
+                .ancestors()
+                .skip(1)
+                .filter(|a| !a.as_os_str().is_empty())
+                .find(|a| std::fs::symlink_metadata(layer.dir.join(a)).is_ok_and(|m| !m.is_dir()));
+            if let Some(at) = blocking {
+                let at = layer.dir.join(at);
+                if op.is_none() && !std::fs::symlink_metadata(&at).is_ok_and(|m| entry::is_whiteout(&m)) {
+                    continue;
+                }
+                std::fs::remove_file(&at)?;
+            }
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            match std::fs::symlink_metadata(&target) {
+                Ok(m) if m.is_dir() => remove_tree(&target),
+                Ok(_) => std::fs::remove_file(&target)?,
+                Err(_) => {}
+            }
+            match op {
+                Some((bytes, mode)) => write_entry(&target, bytes, mode)?,
+                None => whiteout(&target)?,
+            }
+        }
+        Ok(layer)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The paths it writes or deletes.
+    pub fn paths(&self) -> &std::collections::BTreeSet<String> {
+        &self.paths
+    }
+}
+
+impl Drop for IntegrationLayer {
+    fn drop(&mut self) {
+        remove_tree(&self.dir);
+    }
+}
+
+/// What `changes`, applied in order, leave at each path they touch: the
+/// new content and mode, or `None` (deleted).
+pub fn fold<'a>(changes: &[&'a ChangeSet]) -> BTreeMap<String, Option<(&'a [u8], u32)>> {
+    let mut out = BTreeMap::new();
+    for set in changes {
+        for c in &set.changes {
+            if let ChangeKind::Renamed { from } = &c.kind {
+                out.insert(from.clone(), None);
+            }
+            out.insert(c.path.clone(), c.new.as_deref().map(|b| (b, c.mode)));
+        }
+    }
+    out
+}
+
+/// Writes a file (or a symlink, by the mode) with `bytes`, without special
+/// bits.
+fn write_entry(target: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    if mode & crate::changes::S_IFMT == crate::changes::S_IFLNK {
+        let to = std::ffi::OsStr::from_bytes(bytes);
+        return std::os::unix::fs::symlink(to, target);
+    }
+    std::fs::write(target, bytes)?;
+    std::fs::set_permissions(target, std::fs::Permissions::from_mode(mode & 0o777))
+}
+
+/// What overlayfs takes for a deleted entry: a 0/0 character device.
+fn whiteout(target: &Path) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(target.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: a valid path.
+    if unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o600, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Writes the layer at `dir` (files, whiteouts) over the tree at `to`:
+/// copy mode's view of integration layers. O(layer).
+fn apply_layer(dir: &Path, to: &Path) -> std::io::Result<()> {
+    for e in walkdir::WalkDir::new(dir).min_depth(1) {
+        let e = e.map_err(std::io::Error::other)?;
+        let Ok(rel) = e.path().strip_prefix(dir) else { continue };
+        let dest = to.join(rel);
+        let meta = std::fs::symlink_metadata(e.path())?;
+        let there = std::fs::symlink_metadata(&dest).ok();
+        if meta.is_dir() {
+            if there.as_ref().is_some_and(|m| !m.is_dir()) {
+                std::fs::remove_file(&dest)?;
+            }
+            if there.as_ref().is_none_or(|m| !m.is_dir()) {
+                std::fs::create_dir(&dest)?;
+            }
+            continue;
+        }
+        match there {
+            Some(m) if m.is_dir() => remove_tree(&dest),
+            Some(_) => std::fs::remove_file(&dest)?,
+            None => {}
+        }
+        if !entry::is_whiteout(&meta) {
+            copy_entry(e.path(), &dest, &meta)?;
+        }
+    }
+    Ok(())
+}
+
 /// What an integration wrote.
 #[derive(Debug, Default)]
 pub struct Integrated {
@@ -1345,7 +1571,11 @@ pub fn never_written(c: &Change) -> Option<String> {
 /// - it is a folder the change replaces by a file, and the folder holds a
 ///   file the change does not remove;
 /// - a file stands where the change needs a folder on its way.
-pub fn conflicts(root: &Path, changes: &ChangeSet, started: i128) -> Vec<String> {
+///
+/// A path `in_view` says an integration layer under the task's workspace
+/// (not yet in the tree) changed is a conflict only when it exists in the
+/// tree with a ctime at or after the start.
+pub fn conflicts(root: &Path, changes: &ChangeSet, started: i128, in_view: &dyn Fn(&str) -> bool) -> Vec<String> {
     // Paths the change set removes (a folder may give way to a file).
     let removed: std::collections::HashSet<&str> = changes
         .changes
@@ -1361,6 +1591,7 @@ pub fn conflicts(root: &Path, changes: &ChangeSet, started: i128) -> Vec<String>
     let mut check = |rel: &str, expected: bool| {
         let conflict = match std::fs::symlink_metadata(root.join(rel)) {
             Ok(m) if changed_since(&m) => true,
+            _ if in_view(rel) => false,
             // A folder the change replaces by a file: fine when every file
             // it holds is removed by the change too.
             Ok(m) if m.is_dir() => {
@@ -1408,7 +1639,7 @@ pub fn integrate(root: &Path, changes: &ChangeSet, started: i128) -> Result<jour
     if !refused.is_empty() {
         return Err(IntegrateError::Refused(refused));
     }
-    let conflicts = conflicts(root, changes, started);
+    let conflicts = conflicts(root, changes, started, &|_| false);
     if !conflicts.is_empty() {
         return Err(IntegrateError::Conflict(conflicts));
     }
@@ -1498,5 +1729,79 @@ mod tests {
         .map(|(r, l)| ((*r).to_owned(), l.join(r)))
         .collect();
         assert_eq!(below, want);
+    }
+
+    fn change(path: &str, kind: ChangeKind, new: Option<&str>) -> Change {
+        Change {
+            path: path.into(),
+            kind,
+            old: None,
+            new: new.map(|t| t.as_bytes().to_vec()),
+            mode: crate::changes::S_IFREG | 0o644,
+            hazard: None,
+        }
+    }
+
+    /// Two changes in one layer (as merging makes): the view over the tree
+    /// is the tree with both applied in order, in overlay's terms and as
+    /// copy mode writes it.
+    #[test]
+    fn an_integration_layer_shows_its_changes_over_the_tree() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        if !layer(
+            &root,
+            &[("a.txt", Some("a0")), ("gone.txt", Some("g")), ("docs/api.md", Some("api")), ("f", Some("f"))],
+        ) {
+            return;
+        }
+        let first = ChangeSet {
+            changes: vec![
+                change("a.txt", ChangeKind::Modified, Some("a1")),
+                change("gone.txt", ChangeKind::Deleted, None),
+                change("new/n.txt", ChangeKind::Added, Some("n")),
+            ],
+        };
+        let second = ChangeSet {
+            changes: vec![
+                change("docs", ChangeKind::Added, Some("now a file")),
+                change("docs/api.md", ChangeKind::Deleted, None),
+                change("f", ChangeKind::Deleted, None),
+                change("f/inner", ChangeKind::Added, Some("i")),
+                change("new/n.txt", ChangeKind::Modified, Some("n2")),
+            ],
+        };
+        let l = match IntegrationLayer::create(&tmp.path().join("parent"), "t", &[&first, &second]) {
+            Ok(l) => l,
+            Err(e) => panic!("cannot make an integration layer here: {e}"),
+        };
+        let want = [("a.txt", "a1"), ("docs", "now a file"), ("f/inner", "i"), ("new/n.txt", "n2")];
+        let dirs = vec![l.dir().to_path_buf(), root.clone()];
+        let view = Lowers::new(&dirs);
+        let mut seen: Vec<(String, String)> = view
+            .files_below(Path::new(""))
+            .into_iter()
+            .map(|(rel, real)| (rel.to_string_lossy().into_owned(), std::fs::read_to_string(real).unwrap()))
+            .collect();
+        seen.sort();
+        let want: Vec<(String, String)> = want.iter().map(|(p, t)| ((*p).to_owned(), (*t).to_owned())).collect();
+        assert_eq!(seen, want);
+        assert_eq!(l.paths().len(), 7);
+        // Copy mode: written over a copy of the tree.
+        apply_layer(l.dir(), &root).unwrap();
+        let mut copied: Vec<(String, String)> = walkdir::WalkDir::new(&root)
+            .into_iter()
+            .flatten()
+            .filter(|e| !e.file_type().is_dir())
+            .map(|e| {
+                let rel = e.path().strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+                (rel, std::fs::read_to_string(e.path()).unwrap())
+            })
+            .collect();
+        copied.sort();
+        assert_eq!(copied, want);
+        let dir = l.dir().to_path_buf();
+        drop(l);
+        assert!(!dir.exists(), "a layer nothing uses is removed");
     }
 }

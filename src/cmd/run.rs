@@ -102,6 +102,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
         locked: args.locked,
         spent: Default::default(),
         integration: Default::default(),
+        pending: Default::default(),
     });
 
     crate::plan::timing("prepare run");
@@ -109,6 +110,8 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     let opts = scheduler::Options { jobs, keep_going: args.keep_going, locked: args.locked, no_cache: args.no_cache };
     let outcome = scheduler::run(runner.clone(), selected.clone(), outside, &opts, &mut |r| reporter.finished(r));
     reporter.finish();
+    // Every change was flushed: no layer is in use.
+    crate::workspace::remove_layers(&runner.workspaces);
     let scheduler::Outcome { mut reports, outputs, mut lock, needs_agent, touched } = outcome;
     for r in &mut reports {
         r.refused = needs_agent.iter().any(|(name, _)| name == r.name());

@@ -7,7 +7,9 @@
 //! Each step is a file: [`setup`], [`attempt`] (one agent run, with
 //! [`agents`] for the failover chain), [`judge`], [`acceptance`],
 //! [`integrate`] (after [`record`]: a passed task is in the store before
-//! its change reaches the tree), with [`jail`] saying what confines each of their
+//! its change reaches the tree; its change waits as an integration layer
+//! for [`flush`], which the scheduler calls when no task runs), with
+//! [`jail`] saying what confines each of their
 //! commands, and the loops that
 //! drive them, [`whole_loop`] and [`split_loop`]; [`replay`] applies a
 //! stored change instead. They work on one task's [`TaskContext`] and fail
@@ -19,6 +21,7 @@ mod agents;
 mod attempt;
 mod context;
 mod failure;
+pub mod flush;
 mod integrate;
 mod jail;
 mod judge;
@@ -64,13 +67,16 @@ pub struct TaskResult {
     /// starts split next time).
     pub split: Vec<Part>,
     /// The task's `cassist.lock` line as its integration wrote it (a
-    /// removal when it could not be recorded).
+    /// removal when it could not be recorded); a change waiting for the
+    /// flush has none yet ([`flush::Flushed`] brings it).
     pub lock_line: Option<LockLine>,
+    /// A passed task's store entry was written.
+    pub recorded: bool,
 }
 
 impl TaskResult {
     pub fn new(end: TaskEnd) -> TaskResult {
-        TaskResult { end, record_dir: None, changes: None, split: Vec::new(), lock_line: None }
+        TaskResult { end, record_dir: None, changes: None, split: Vec::new(), lock_line: None, recorded: false }
     }
 }
 
@@ -99,10 +105,13 @@ pub struct Runner {
     pub locked: bool,
     /// What agents reported spending in this run, in micro-dollars.
     pub spent: AtomicU64,
-    /// Written while a change goes into the user's tree (one at a time);
-    /// read while the tree is read whole: a workspace's starting state, a
-    /// task's hash.
+    /// Written while a change is built and lands (one at a time) and while
+    /// the flush writes the user's tree; read while the tree is read: a
+    /// workspace's start, a task's hash.
     pub integration: std::sync::RwLock<()>,
+    /// The changes that passed and wait for the flush, and the layers
+    /// workspaces stack meanwhile ([`flush`]).
+    pub pending: std::sync::Mutex<flush::Pending>,
 }
 
 /// A task that passed: its state, and what the scheduler records.
@@ -113,8 +122,8 @@ struct Done {
     changes: ChangeSet,
     /// The parts a split task passed with.
     split: Vec<Part>,
-    /// Its lock line, as written with the change.
-    lock: Option<LockLine>,
+    /// Its store entry was written (a passed task's).
+    recorded: bool,
 }
 
 /// How a task went: what it did, how it ended, and its workspace (kept for
@@ -157,7 +166,8 @@ impl Ending {
                     record_dir: None,
                     changes: Some(done.changes),
                     split: done.split,
-                    lock_line: done.lock,
+                    lock_line: None,
+                    recorded: done.recorded,
                 }
             }
             Err(f) => {
@@ -278,11 +288,11 @@ impl Runner {
                 Err(f) => return Ending::early(facts, f),
             };
             let mut task = TaskContext::new(self, t, record, ws, Vec::new(), facts);
-            let outcome = task.replay(entry).map(|(changes, lock)| Done {
+            let outcome = task.replay(entry).map(|changes| Done {
                 state: TaskState::Replayed,
                 changes,
                 split: Vec::new(),
-                lock,
+                recorded: false,
             });
             // A replay's workspace is never kept.
             Ending { facts: task.facts, outcome, workspace: None }
@@ -320,8 +330,13 @@ impl Runner {
         self.phase(name, "workspace", 0, self.mode.as_str());
         let _no_integration = self.integration.read().unwrap_or_else(|e| e.into_inner());
         let cannot = |e: std::io::Error| Failure::failed(format!("cannot create the workspace: {e}"));
+        // What passed and is not in the tree yet is in its view; nothing
+        // that lands later is.
+        let (stack, view) = self.view();
         let mut ws =
-            Workspace::create(&self.exe, &self.plan.project.root, &self.workspaces, self.mode, name).map_err(cannot)?;
+            Workspace::create_over(&self.exe, &self.plan.project.root, &self.workspaces, self.mode, name, stack)
+                .map_err(cannot)?;
+        ws.view = view;
         ws.limits = self.plan.project.config.limits;
         // What the scope names is part of the change even when ignored.
         ws.name_literally(crate::review::Scope::new(&t.key.spec.scope).literals()).map_err(cannot)?;
@@ -386,8 +401,12 @@ mod tests {
 
     #[test]
     fn a_task_that_passed_hands_over_its_change_and_parts() {
-        let done =
-            Done { state: TaskState::Passed, changes: ChangeSet::default(), split: vec![Part::whole()], lock: None };
+        let done = Done {
+            state: TaskState::Passed,
+            changes: ChangeSet::default(),
+            split: vec![Part::whole()],
+            recorded: false,
+        };
         let r = Ending { facts: facts(), outcome: Ok(done), workspace: None }.into_result(base(), true);
         assert_eq!((r.end.report.state, r.end.report.reason.as_deref()), (TaskState::Passed, None));
         assert_eq!((r.end.tail.as_str(), r.end.interrupted), ("", false));
@@ -397,7 +416,7 @@ mod tests {
         // A task that passed with nothing to integrate says why.
         let why = "not integrated, ignored by .gitignore: out.log";
         let facts = Facts { nothing_integrated: Some(why.into()), ..facts() };
-        let done = Done { state: TaskState::Passed, changes: ChangeSet::default(), split: Vec::new(), lock: None };
+        let done = Done { state: TaskState::Passed, changes: ChangeSet::default(), split: Vec::new(), recorded: false };
         let r = Ending { facts, outcome: Ok(done), workspace: None }.into_result(base(), true);
         assert_eq!((r.end.report.state, r.end.report.reason.as_deref()), (TaskState::Passed, Some(why)));
     }

@@ -159,11 +159,19 @@ impl TaskContext<'_> {
     /// these inputs before is put back, so that the next run calls the
     /// agent again rather than replaying a change that failed.
     pub(super) fn withdraw(&self, recorded: Option<Recorded>) {
-        let Some(Recorded { entry, previous }) = recorded else { return };
-        let store = &self.runner.plan.store;
-        let _ = match previous {
+        if let Some(r) = recorded {
+            r.withdraw(&self.runner.plan.store);
+        }
+    }
+}
+
+impl Recorded {
+    /// Puts back what the store held for these inputs before the entry
+    /// was written (see [`TaskContext::withdraw`]).
+    pub fn withdraw(self, store: &Store) {
+        let _ = match self.previous {
             Some(p) => store.put_entry(&p),
-            None => store.remove_entry(&entry.before),
+            None => store.remove_entry(&self.entry.before),
         };
     }
 }

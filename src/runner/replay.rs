@@ -5,7 +5,6 @@
 use std::path::Path;
 
 use crate::changes::ChangeSet;
-use crate::lock::LockLine;
 use crate::process;
 use crate::store::Entry;
 use crate::workspace::Layer;
@@ -17,7 +16,7 @@ use super::{Failure, TaskContext};
 impl TaskContext<'_> {
     /// Replays `entry`'s change; the change that was integrated, and the
     /// lock line written with it.
-    pub fn replay(&mut self, entry: &Entry) -> Result<(ChangeSet, Option<LockLine>), Failure> {
+    pub fn replay(&mut self, entry: &Entry) -> Result<ChangeSet, Failure> {
         self.phase("replay", 0, format!("{} file(s)", entry.changes.len()));
         self.write_stored_change(entry)?;
         let changes = self.read_changes()?;
@@ -33,8 +32,8 @@ impl TaskContext<'_> {
             ))
             .with_tail(f.tail));
         }
-        let lock = self.integrate_and_build(&changes, Origin::Replayed(entry))?;
-        Ok((changes, lock))
+        self.integrate_and_build(&changes, Origin::Replayed(entry))?;
+        Ok(changes)
     }
 
     /// The stored change is written inside the workspace (a helper run

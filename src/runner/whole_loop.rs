@@ -35,8 +35,8 @@ impl TaskContext<'_> {
             Some(tree) => self.run_split(Parts::new(tree, &files), summaries)?,
             None => self.run_whole(&base_prompt, &files, summaries)?,
         };
-        let lock = self.integrate_and_build(&changes, Origin::Passed { split: &split })?;
-        Ok(Done { state: TaskState::Passed, changes, split, lock })
+        let recorded = self.integrate_and_build(&changes, Origin::Passed { split: &split })?;
+        Ok(Done { state: TaskState::Passed, changes, split, recorded })
     }
 
     /// The split this task starts with, when it needed one last time.

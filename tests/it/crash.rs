@@ -282,26 +282,112 @@ fn killed_once_committed_the_change_is_completed() {
     }
 }
 
-/// A build that fails takes the change back out; killed at any file of
-/// that, the next command finishes taking it out, and the next run asks
-/// the agent again (the change failed its build: nothing to replay).
+/// A build that fails drops the change before anything of it reaches the
+/// tree (the build runs on a layer over the change and the tree; issue
+/// 13: the tree is written only by the flush): nothing to take back out,
+/// and the next run asks the agent again (nothing to replay).
 #[test]
-fn killed_while_taking_back_a_change_whose_build_failed() {
+fn a_change_whose_build_failed_never_reaches_the_tree() {
     let files = 6;
-    let mut n = 1;
-    loop {
-        let p = project(files, Some("exit 1"));
-        let when = format!("rollback-file:{n}");
-        if let Err(out) = killed_at(&p, files, "rollback-file", n) {
-            assert!(n > 1, "rollback-file was never hit:\n{}", out.transcript());
-            assert!(out.stdout.contains("the change was taken back out"), "{}", out.transcript());
-            return;
+    let p = project(files, Some("exit 1"));
+    let out = p.run(&[]).any_status().exec();
+    assert_eq!(out.states()["change"], "failed", "{}", out.transcript());
+    assert!(out.stdout.contains("nothing was integrated"), "{}", out.transcript());
+    assert_eq!(whole_files(&p, files, "after the failed build"), Side::Old);
+    let (state, out) = plan(&p);
+    assert!(!out.stderr.contains("rolled back"), "{}", out.transcript());
+    assert_eq!(state, "run", "a change whose build failed is not replayed:\n{}", out.transcript());
+    consistent(&p, "after the failed build");
+}
+
+/// The agent of [`two_tasks`]: one line per call in `$COUNT_DIR/calls`,
+/// then `out/<task>/<i>.txt` for i below `$PER_TASK`.
+const WRITER: &str = r#"#!/bin/sh
+set -eu
+echo "$CASSIST_TASK" >> "$COUNT_DIR/calls"
+mkdir -p "out/$CASSIST_TASK"
+i=0
+while [ "$i" -lt 5 ]; do
+    echo "$CASSIST_TASK $i" > "out/$CASSIST_TASK/$i.txt"
+    i=$((i + 1))
+done
+printf '{"success": true, "summary": "wrote"}\n' > "$CASSIST_RESULT_FILE"
+"#;
+
+/// Files each task of [`two_tasks`] writes.
+const PER_TASK: usize = 5;
+
+/// Two independent tasks, `one` and `two`, each writing its own files.
+fn two_tasks() -> Project {
+    let tasks = ["one", "two"]
+        .map(|t| {
+            format!(
+                "task {t:?} {{\n    goal \"Write out/{t}.\"\n    scope {{\n        path \"out/{t}/**\"\n    }}\n}}\n"
+            )
+        })
+        .join("\n");
+    let p = Test::trusted().tasks(&tasks).file("out/.keep", "").build();
+    let count = p.out().join("count");
+    std::fs::create_dir_all(&count).unwrap();
+    let p = p.with_env("COUNT_DIR", count.to_str().unwrap());
+    let script = p.out().join("writer.sh");
+    write(&script, WRITER);
+    let config = format!(
+        "trust \"workspace-write\"\ntest #false\ndefaults {{\n    agent \"w\"\n}}\nagent \"w\" {{\n    command \"sh\" {:?}\n    pass-env \"COUNT_DIR\"\n}}\n",
+        script.display().to_string()
+    );
+    p.file("cassist.kdl", config);
+    p
+}
+
+/// How many of `task`'s files are in the tree (each whole).
+fn written(p: &Project, task: &str) -> usize {
+    (0..PER_TASK)
+        .filter(|i| match std::fs::read_to_string(p.path().join(format!("out/{task}/{i}.txt"))) {
+            Ok(text) => {
+                assert_eq!(text, format!("{task} {i}\n"), "out/{task}/{i}.txt is not whole");
+                true
+            }
+            Err(_) => false,
+        })
+        .count()
+}
+
+/// Two tasks' changes pending together (`-j 2`: the first to pass waits
+/// for the second) are written by one flush, one transaction: killed at
+/// every step of it, the next command leaves both changes or neither, and
+/// the run after that writes both without calling an agent again.
+#[test]
+fn killed_while_flushing_two_pending_changes_leaves_both_or_neither() {
+    for point in ["flush-checked", "flush-file", "flush-commit", "flush-done"] {
+        let mut n = 1;
+        loop {
+            let p = two_tasks();
+            let when = format!("{point}:{n}");
+            let out = p.run(&["-j", "2"]).env("CASSIST_FAILPOINT", &when).any_status().exec();
+            if std::os::unix::process::ExitStatusExt::signal(&out.status) != Some(9) {
+                assert!(n > 1, "{point} was never hit:\n{}", out.transcript());
+                out.assert_code(0);
+                assert_eq!((written(&p, "one"), written(&p, "two")), (PER_TASK, PER_TASK));
+                break;
+            }
+            let plan = p.cassist(&["plan"]).exec();
+            let both = (written(&p, "one"), written(&p, "two"));
+            assert!(both == (0, 0) || both == (PER_TASK, PER_TASK), "{when}: {both:?} left:\n{}", plan.transcript());
+            assert!(!p.path().join(".cassist/journal").exists(), "{when}");
+            let next = p.run(&["-j", "2"]).exec();
+            next.assert_code(0);
+            assert_eq!((written(&p, "one"), written(&p, "two")), (PER_TASK, PER_TASK), "{when}");
+            assert_eq!(
+                calls(&p),
+                2,
+                "{when}: an agent ran again:\n{}\nkilled run:\n{}\nplan:\n{}",
+                next.transcript(),
+                out.transcript(),
+                plan.transcript()
+            );
+            n += 1;
         }
-        let (state, out) = plan(&p);
-        assert_eq!(whole_files(&p, files, &when), Side::Old, "{when}:\n{}", out.transcript());
-        assert_eq!(state, "run", "{when}: a change whose build failed is not replayed:\n{}", out.transcript());
-        consistent(&p, &when);
-        n += 1;
     }
 }
 
