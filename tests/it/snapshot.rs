@@ -4,7 +4,7 @@
 //! running; a conflict found at the flush keeps the user's edit; many
 //! pending layers are merged; `-j 1` writes the tree after each task.
 
-use crate::support::{Cmd, Project, Test, in_both_modes, unique_marker};
+use crate::support::{Cmd, Project, Test, in_both_modes, unique_marker, workspaces_in};
 
 /// Tasks `name` writing `out/<name>.txt`, in this order, none depending
 /// on another.
@@ -131,10 +131,19 @@ fn many_pending_layers_are_merged_and_all_seen() {
     let mut names = vec!["long"];
     names.extend(quick.iter().map(String::as_str));
     let (p, log) = timed(&names);
-    let (cmd, go) = held_run(&p, &log, &["-j", "2"], "long");
-    let mut run = cmd.spawn();
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut cmd, go) = held_run(&p, &log, &["-j", "2"], "long");
+    let mut run = cmd.env("TMPDIR", tmp.path()).spawn();
     run.wait_for_stdout("q20 passed");
     assert!(!p.exists("out/q01.txt"), "the tree was written while a task ran");
+    // 20 changes pending: the first 17 were merged into one layer when
+    // the 17th passed; the three after it stack over that one.
+    let layers: usize = workspaces_in(tmp.path())
+        .iter()
+        .filter(|d| d.file_name().is_some_and(|n| n.to_string_lossy().starts_with("layers-")))
+        .map(|d| std::fs::read_dir(d).unwrap().count())
+        .sum();
+    assert_eq!(layers, 4, "pending layers on disk");
     std::fs::write(&go, "").unwrap();
     let out = run.finish();
     assert_eq!(out.code(), 0, "{}", out.transcript());
