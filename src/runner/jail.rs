@@ -105,6 +105,10 @@ impl Runner {
                 writable.push(ws.dir.clone());
                 keep.push(self.plan.store.dir().to_path_buf());
                 keep.extend(io.map(Path::to_path_buf));
+                // The replay helper is cassist itself: it must stay
+                // visible where it lives under a hidden or private folder
+                // (a build under `/tmp`).
+                keep.push(self.exe.clone());
             }
         }
         writable.retain(|p| p.exists());

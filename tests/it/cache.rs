@@ -336,6 +336,30 @@ fn restored_outputs_are_replayed_without_an_agent() {
     assert_eq!(calls(&p).len(), 3);
 }
 
+/// cassist installed under `/tmp` (built in a temporary folder, say): the
+/// replay helper is cassist itself, run in the sandbox whose `/tmp` is
+/// private, and must still be found there.
+#[test]
+fn a_replay_works_with_cassist_installed_under_tmp() {
+    if !crate::support::sandbox_or_skip(crate::support::Sandbox::Overlay) {
+        return;
+    }
+    let p = project();
+    first_run(&p);
+    restore_outputs(&p);
+    let bin = tempfile::Builder::new().prefix("cassist-bin-").tempdir_in("/tmp").unwrap();
+    let exe = bin.path().join("cassist");
+    std::fs::copy(crate::support::CASSIST, &exe).unwrap();
+
+    let done = p.run(&[]).program(&exe).exec();
+    assert_eq!(done.states(), all("replayed"), "{}", done.transcript());
+    assert_eq!(calls(&p).len(), 3, "a replay called an agent:\n{}", done.transcript());
+    assert_eq!(p.read("out/base.txt"), "Write the base.\n");
+    assert_eq!(p.read("out/top.txt"), "Write the top.\n");
+    assert_eq!(p.read("out/other.txt"), "Write the other.\n");
+    assert_consistent(&p, &ALL);
+}
+
 #[test]
 fn a_replay_verifies_acceptance_again() {
     let p = project();

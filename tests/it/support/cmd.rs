@@ -41,6 +41,8 @@ pub struct Cmd {
     env: BTreeMap<OsString, Option<OsString>>,
     /// Started as the leader of a process group of its own.
     own_group: bool,
+    /// The cassist binary to run, when not the one cargo built.
+    program: Option<PathBuf>,
     expect: Expect,
 }
 
@@ -56,7 +58,14 @@ impl Cmd {
             files: Vec::new(),
             label: String::new(),
         };
-        let mut cmd = Cmd { cwd: root.to_path_buf(), args: Vec::new(), env: BTreeMap::new(), own_group: false, expect };
+        let mut cmd = Cmd {
+            cwd: root.to_path_buf(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            own_group: false,
+            program: None,
+            expect,
+        };
         cmd.args(args).env("PATH", std::env::var_os("PATH").unwrap_or_default()).env("NO_COLOR", "1");
         cmd
     }
@@ -104,6 +113,13 @@ impl Cmd {
     /// test's), for a test whose agents signal cassist's group.
     pub fn own_process_group(&mut self) -> &mut Cmd {
         self.own_group = true;
+        self
+    }
+
+    /// Runs the cassist binary at `path` (a copy installed elsewhere)
+    /// instead of the one cargo built.
+    pub fn program(&mut self, path: &Path) -> &mut Cmd {
+        self.program = Some(path.to_path_buf());
         self
     }
 
@@ -184,12 +200,12 @@ impl Cmd {
     fn command_with(&self, prefix: &[&OsStr]) -> Command {
         let (program, first): (&OsStr, &[&OsStr]) = match prefix.split_first() {
             Some((p, rest)) => (p, rest),
-            None => (OsStr::new(CASSIST), &[]),
+            None => (self.program.as_deref().map_or(OsStr::new(CASSIST), Path::as_os_str), &[]),
         };
         let mut cmd = Command::new(program);
         cmd.args(first);
         if !prefix.is_empty() {
-            cmd.arg(CASSIST);
+            cmd.arg(self.program.as_deref().map_or(OsStr::new(CASSIST), Path::as_os_str));
         }
         cmd.args(&self.args).current_dir(&self.cwd).env_clear().stdin(Stdio::null());
         if self.own_group {
