@@ -10,6 +10,22 @@ use std::sync::OnceLock;
 /// by this name and removed ([`crate::journal`]).
 pub const TMP_PREFIX: &str = ".cassist-tmp-";
 
+/// The start of this process's temp file names: [`TMP_PREFIX`] and the
+/// pid, so that a sweep of cassist's own folders removes only the
+/// leftovers of a cassist that is gone, never another running one's
+/// ([`temp_owner`]).
+pub fn temp_prefix() -> String {
+    format!("{TMP_PREFIX}{}-", std::process::id())
+}
+
+/// The pid in a temp file's name made with [`temp_prefix`]; `None` for a
+/// name that is not a temp file, or holds no pid.
+pub fn temp_owner(name: &[u8]) -> Option<u32> {
+    let rest = name.strip_prefix(TMP_PREFIX.as_bytes())?;
+    let end = rest.iter().position(|&b| b == b'-')?;
+    std::str::from_utf8(&rest[..end]).ok()?.parse().ok()
+}
+
 /// The state folder of a project.
 pub fn state_dir(root: &Path) -> PathBuf {
     root.join(".cassist")
@@ -46,7 +62,8 @@ fn replace(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::Builder::new().prefix(TMP_PREFIX).tempfile_in(dir)?;
+    let prefix = temp_prefix();
+    let mut tmp = tempfile::Builder::new().prefix(&prefix).tempfile_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o666 & !umask()))?;
     if sync {

@@ -383,7 +383,37 @@ impl std::fmt::Display for Recovered {
 /// a temp file at the project root (the lock's) or of the journal.
 pub fn pending(root: &Path) -> bool {
     let state = state_dir(root);
-    state.join(JOURNAL).exists() || state.join(JOURNAL_TMP).exists() || !temps_in(root).is_empty()
+    state.join(JOURNAL).exists()
+        || state.join(JOURNAL_TMP).exists()
+        || !temps_in(root).is_empty()
+        || OWN_FOLDERS.iter().any(|f| !leftover_temps_in(&root.join(f)).is_empty())
+}
+
+/// cassist's own folders where it writes files atomically while it runs
+/// (the planning caches, the agent versions): a kill leaves a temp file
+/// there that no journal names.
+const OWN_FOLDERS: [&str; 2] = [".cassist", ".cassist/cache"];
+
+/// The temp files in folder `dir` of a cassist that is gone: their name
+/// holds a pid with no process, or none. Another cassist running in the
+/// project (a `plan` beside a `run`) keeps its own.
+fn leftover_temps_in(dir: &Path) -> Vec<PathBuf> {
+    temps_in(dir)
+        .into_iter()
+        .filter(|p| {
+            let owner = p.file_name().and_then(|n| crate::fsx::temp_owner(n.as_bytes()));
+            owner.is_none_or(|pid| pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .collect()
+}
+
+/// Removes the leftover temp files of cassist's own folders; how many.
+fn sweep_own_folders(root: &Path) -> usize {
+    OWN_FOLDERS
+        .iter()
+        .flat_map(|f| leftover_temps_in(&root.join(f)))
+        .filter(|p| std::fs::remove_file(p).is_ok())
+        .count()
 }
 
 /// Completes or rolls back the transaction a killed cassist left, and
@@ -395,6 +425,7 @@ pub fn recover(root: &Path) -> Option<Recovered> {
     // A journal being written when cassist was killed: the tree was not
     // touched yet.
     let mut temps = usize::from(std::fs::remove_file(state.join(JOURNAL_TMP)).is_ok());
+    temps += sweep_own_folders(root);
     let journal = match read_journal(root) {
         Ok(Some(j)) => j,
         Ok(None) => {
@@ -1062,6 +1093,29 @@ mod tests {
         assert!(pending(root));
         let r = recover(root).unwrap();
         assert_eq!((r.outcome, r.temps), (Outcome::Swept, 1));
+        assert!(!pending(root));
+    }
+
+    #[test]
+    fn leftover_temp_files_of_cassists_own_folders_are_pending_and_swept() {
+        let dir = project();
+        let root = dir.path();
+        let cache = root.join(".cassist/cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        // A killed cassist's (no process has pid 999999999: pid_max is at
+        // most 2^22), one with no pid (an older cassist), and one of a
+        // cassist running now (this process), which stays.
+        let gone = cache.join(format!("{TMP_PREFIX}999999999-file-hashes"));
+        let unnamed = root.join(".cassist").join(format!("{TMP_PREFIX}Xa1b2c"));
+        let running = cache.join(format!("{}specs", crate::fsx::temp_prefix()));
+        for f in [&gone, &unnamed, &running] {
+            std::fs::write(f, "half").unwrap();
+        }
+        assert!(pending(root));
+        let r = recover(root).unwrap();
+        assert_eq!((r.outcome, r.temps), (Outcome::Swept, 2));
+        assert!(!gone.exists() && !unnamed.exists());
+        assert!(running.exists(), "the temp file of a running cassist was removed");
         assert!(!pending(root));
     }
 
