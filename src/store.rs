@@ -186,7 +186,11 @@ impl Store {
         if !self.is_whole(&path, &hash) {
             let dir = path.parent().unwrap_or(&self.dir);
             std::fs::create_dir_all(dir)?;
-            let tmp = dir.join(format!("{}{}-{}", crate::fsx::TMP_PREFIX, std::process::id(), &hash[..16]));
+            // A name of its own per call: tasks record from several
+            // threads, and two may store the same content at once.
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = dir.join(format!("{}{n}-{}", crate::fsx::temp_prefix(), &hash[..16]));
             let _ = std::fs::remove_file(&tmp);
             if std::fs::hard_link(file, &tmp).is_err() {
                 std::fs::copy(file, &tmp)?;
@@ -429,6 +433,33 @@ impl ProjectLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Tasks record at the same time, from threads of one process, and
+    /// two of them may store the same content (the same transcript, the
+    /// same file): neither may fail.
+    #[test]
+    fn the_same_file_stored_from_several_threads_at_once() {
+        for round in 0..50 {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path());
+            let file = dir.path().join("transcript.log");
+            std::fs::write(&file, format!("the same content {round}\n").repeat(64)).unwrap();
+            let barrier = std::sync::Barrier::new(4);
+            let hashes: Vec<String> = std::thread::scope(|s| {
+                let threads: Vec<_> = (0..4)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            store.put_object_file(&file)
+                        })
+                    })
+                    .collect();
+                threads.into_iter().map(|t| t.join().unwrap().expect("put_object_file failed")).collect()
+            });
+            assert!(hashes.windows(2).all(|w| w[0] == w[1]));
+            assert!(std::fs::read(&file).unwrap() == store.get_object(&hashes[0]).unwrap());
+        }
+    }
 
     #[test]
     fn objects_round_trip_and_are_checked() {
