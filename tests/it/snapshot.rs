@@ -156,3 +156,134 @@ fn many_pending_layers_are_merged_and_all_seen() {
         assert!(p.exists(&format!("out/{q}.txt")), "{q} not written");
     }
 }
+
+/// Two tasks that run at once, `first` passing while `second` runs: both
+/// write `out/shared.txt` (`same`), or each its own file. Returns the run
+/// and the project, `second` passing last.
+fn two_at_once(same: bool, mode: &[(&str, &str)]) -> (crate::support::Output, Project) {
+    // Each agent says it started and waits for its gate, in $GATES (the
+    // test's `out` folder, where agents may write).
+    let shared = if same { "echo $CASSIST_TASK > out/shared.txt; " } else { "" };
+    let script = format!(
+        "touch $GATES/$CASSIST_TASK.started; \
+         while [ ! -e $GATES/$CASSIST_TASK.go ]; do sleep 0.05; done; \
+         {shared}echo $CASSIST_TASK > out/$CASSIST_TASK.txt"
+    );
+    let scope = |name: &str| {
+        let mut paths = format!("        path \"out/{name}.txt\"\n");
+        if same {
+            paths.push_str("        path \"out/shared.txt\"\n");
+        }
+        format!("task {name:?} {{\n    goal \"Write out/{name}.txt.\"\n    scope {{\n{paths}    }}\n}}\n\n")
+    };
+    let p = Test::trusted()
+        .kdl("defaults {\n    agent \"sh\"\n}\n")
+        .kdl(&format!("agent \"sh\" {{\n    command \"sh\" \"-c\" {script:?}\n    pass-env \"GATES\"\n}}\n"))
+        .tasks(&format!("{}{}", scope("first"), scope("second")))
+        .file("out/.keep", "")
+        .file("src/kept.txt", "the user's\n")
+        .git()
+        .build();
+    let gates = p.out();
+    let mut run = p.run(&["-j", "2", "--keep-going"]).env("GATES", &gates).envs(mode).any_status().spawn();
+    // Both agents run (each task's view is fixed) before `first` passes;
+    // `second` ends after it.
+    run.wait_for_file(&gates.join("first.started"));
+    run.wait_for_file(&gates.join("second.started"));
+    std::fs::write(gates.join("first.go"), "").unwrap();
+    run.wait_for_stdout("first passed");
+    std::fs::write(gates.join("second.go"), "").unwrap();
+    (run.finish(), p)
+}
+
+/// Decision 2: a path also changed by a change that landed after a task
+/// started is a conflict. `second` fails with the conflict, naming the
+/// path and where its patch is kept (which exists); `first`'s change is
+/// the one written, with its lock line; nothing of `second` is written
+/// and the rest of the tree stands; the next plan runs `second` again.
+fn a_path_changed_by_a_later_layer_is_a_conflict(mode: &[(&str, &str)]) {
+    let (out, p) = two_at_once(true, mode);
+    assert_eq!(out.code(), 1, "{}", out.transcript());
+    let states = out.states();
+    assert_eq!(states["first"], "passed", "{}", out.transcript());
+    assert_eq!(states["second"], "failed", "{}", out.transcript());
+    let reason = out.task("second")["reason"].as_str().unwrap_or_default().to_owned();
+    assert!(reason.contains("conflict") && reason.contains("out/shared.txt"), "{reason}");
+    let patch =
+        reason.split("the patch is in ").nth(1).and_then(|r| r.strip_suffix(')')).unwrap_or_else(|| panic!("{reason}"));
+    let kept = std::fs::read_to_string(patch).unwrap_or_else(|e| panic!("the patch {patch}: {e}"));
+    assert!(kept.contains("out/shared.txt") && kept.contains("+second"), "{kept}");
+    assert_eq!(p.read("out/shared.txt"), "first\n", "{}", out.transcript());
+    assert_eq!(p.read("out/first.txt"), "first\n");
+    assert!(!p.exists("out/second.txt"), "a part of the conflicting change was written");
+    assert_eq!(p.read("src/kept.txt"), "the user's\n");
+    assert_eq!(locked(&p), ["first"], "the tasks in cassist.lock");
+    assert_eq!(plan_states(&p), [["first", "up-to-date"], ["second", "run"]]);
+}
+in_both_modes!(a_path_changed_by_a_later_layer_is_a_conflict: a_path_changed_by_a_later_layer_is_a_conflict_in_overlay_mode, a_path_changed_by_a_later_layer_is_a_conflict_in_copy_mode);
+
+/// The same two tasks writing different files: no conflict, both land.
+fn changes_to_different_paths_both_land(mode: &[(&str, &str)]) {
+    let (out, p) = two_at_once(false, mode);
+    assert_eq!(out.code(), 0, "{}", out.transcript());
+    assert_eq!(p.read("out/first.txt"), "first\n");
+    assert_eq!(p.read("out/second.txt"), "second\n");
+    assert_eq!(locked(&p), ["first", "second"], "the tasks in cassist.lock");
+}
+in_both_modes!(changes_to_different_paths_both_land: changes_to_different_paths_both_land_in_overlay_mode, changes_to_different_paths_both_land_in_copy_mode);
+
+/// Ctrl-C with `-j 2` while `slow` runs and `fast` has passed: cassist
+/// ends 130 after writing what passed (decision 1: "after Ctrl-C for what
+/// passed"): `fast`'s change and lock line, nothing of `slow`, no temp
+/// file in the tree; the next plan has `fast` up-to-date and the next
+/// run calls no agent for it.
+#[test]
+fn ctrl_c_flushes_what_passed() {
+    use nix::sys::signal::Signal;
+    let (p, log) = timed(&["slow", "fast"]);
+    let (mut cmd, _never) = held_run(&p, &log, &["-j", "2"], "slow");
+    let mut run = cmd.status(130).spawn();
+    run.wait_for_stdout("fast passed");
+    assert!(!p.exists("out/fast.txt"), "the tree was written while a task ran");
+    crate::support::signal(run.pid(), Signal::SIGINT);
+    let out = run.finish_within(std::time::Duration::from_secs(30));
+    assert!(p.read("out/fast.txt").starts_with("saw: "), "{}", out.transcript());
+    assert!(!p.exists("out/slow.txt"), "the interrupted task's change was written");
+    assert_eq!(locked(&p), ["fast"], "the tasks in cassist.lock");
+    for e in walkdir::WalkDir::new(p.path()).into_iter().filter_entry(|e| e.file_name() != "store") {
+        let e = e.unwrap();
+        assert!(
+            !e.file_name().to_string_lossy().starts_with(".cassist-tmp-"),
+            "temp file left: {}",
+            e.path().display()
+        );
+    }
+    assert_eq!(plan_states(&p), [["fast", "up-to-date"], ["slow", "run"]]);
+    // The next run asks the agent for `slow` only.
+    let again = p.run(&["-j", "2"]).env("TIMED_LOG", &log).env("TIMED_SLEEP", "0").exec();
+    let starts = |task: &str| {
+        std::fs::read_to_string(p.out().join("log/events"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with(&format!("start {task} ")))
+            .count()
+    };
+    assert_eq!((starts("fast"), starts("slow")), (1, 2), "{}", again.transcript());
+}
+
+/// `cassist plan --json`: each task's name and state, in order.
+fn plan_states(p: &Project) -> Vec<[String; 2]> {
+    let plan = p.cassist(&["plan", "--json"]).exec().json();
+    plan["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| [t["name"].as_str().unwrap().to_owned(), t["state"].as_str().unwrap().to_owned()])
+        .collect()
+}
+
+/// The tasks `cassist.lock` has a line for.
+fn locked(p: &Project) -> Vec<String> {
+    let lock = cassist::lock::Lock::load(p.path()).unwrap_or_else(|e| panic!("cassist.lock: {}", e.0));
+    lock.tasks.into_keys().collect()
+}
