@@ -1394,6 +1394,19 @@ impl IntegrationLayer {
     /// whose name says whose they are: a run killed before removing them
     /// leaves them to the next run's [`remove_stale`].
     pub fn create(parent: &Path, name: &str, changes: &[&ChangeSet]) -> std::io::Result<IntegrationLayer> {
+        IntegrationLayer::merge(parent, name, changes, &[])
+    }
+
+    /// [`create`](Self::create) of the changes that the layers `from`
+    /// (newest first) hold: a file is hard-linked from the newest of them
+    /// that has it (no new inode, no copy; layers never change), written
+    /// where it cannot be.
+    pub fn merge(
+        parent: &Path,
+        name: &str,
+        changes: &[&ChangeSet],
+        from: &[&IntegrationLayer],
+    ) -> std::io::Result<IntegrationLayer> {
         let home = layers_home(parent);
         std::fs::create_dir_all(&home)?;
         let dir = tempfile::Builder::new().prefix(&format!("{}-", sanitize(name))).tempdir_in(&home)?.keep();
@@ -1423,6 +1436,10 @@ impl IntegrationLayer {
                 Ok(m) if m.is_dir() => remove_tree(&target),
                 Ok(_) => std::fs::remove_file(&target)?,
                 Err(_) => {}
+            }
+            let source = from.iter().find(|l| l.paths.contains(&path)).map(|l| l.dir.join(&path));
+            if source.is_some_and(|src| std::fs::hard_link(src, &target).is_ok()) {
+                continue;
             }
             match op {
                 Some((bytes, mode)) => write_entry(&target, bytes, mode)?,
@@ -1745,6 +1762,50 @@ mod tests {
     /// Two changes in one layer (as merging makes): the view over the tree
     /// is the tree with both applied in order, in overlay's terms and as
     /// copy mode writes it.
+    /// A merge of layers links their files (same inode, nothing copied)
+    /// and shows what the changes in order show.
+    #[test]
+    fn merged_layers_link_their_files_and_show_the_changes_in_order() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        if !layer(&root, &[("a.txt", Some("a0")), ("gone.txt", Some("g"))]) {
+            return;
+        }
+        let parent = tmp.path().join("parent");
+        let first = ChangeSet {
+            changes: vec![
+                change("a.txt", ChangeKind::Modified, Some("a1")),
+                change("new/n.txt", ChangeKind::Added, Some("n")),
+                change("keep/k.txt", ChangeKind::Added, Some("k")),
+            ],
+        };
+        let second = ChangeSet {
+            changes: vec![
+                change("gone.txt", ChangeKind::Deleted, None),
+                change("new/n.txt", ChangeKind::Modified, Some("n2")),
+            ],
+        };
+        let l1 = IntegrationLayer::create(&parent, "one", &[&first]).unwrap();
+        let l2 = IntegrationLayer::create(&parent, "two", &[&second]).unwrap();
+        let merged = IntegrationLayer::merge(&parent, "merged", &[&first, &second], &[&l2, &l1]).unwrap();
+        let ino = |dir: &Path, rel: &str| std::fs::symlink_metadata(dir.join(rel)).unwrap().ino();
+        assert_eq!(ino(merged.dir(), "new/n.txt"), ino(l2.dir(), "new/n.txt"), "not linked from the newest layer");
+        assert_eq!(ino(merged.dir(), "keep/k.txt"), ino(l1.dir(), "keep/k.txt"));
+        assert_eq!(ino(merged.dir(), "a.txt"), ino(l1.dir(), "a.txt"));
+        drop((l1, l2));
+        let dirs = vec![merged.dir().to_path_buf(), root.clone()];
+        let mut seen: Vec<(String, String)> = Lowers::new(&dirs)
+            .files_below(Path::new(""))
+            .into_iter()
+            .map(|(rel, real)| (rel.to_string_lossy().into_owned(), std::fs::read_to_string(real).unwrap()))
+            .collect();
+        seen.sort();
+        let want = [("a.txt", "a1"), ("keep/k.txt", "k"), ("new/n.txt", "n2")];
+        let want: Vec<(String, String)> = want.iter().map(|(p, t)| ((*p).to_owned(), (*t).to_owned())).collect();
+        assert_eq!(seen, want, "the merged layer outlives its sources and shows the changes in order");
+    }
+
     #[test]
     fn an_integration_layer_shows_its_changes_over_the_tree() {
         let tmp = tempfile::tempdir().unwrap();
