@@ -124,11 +124,7 @@ impl TaskContext<'_> {
         let in_view = |p: &str| stack.iter().any(|l| l.paths().contains(p));
         match self.runner.land(landing, layer, self.ws.view, &in_view) {
             Ok(()) => Ok(was_recorded),
-            Err(files) => Err(Failure::failed(format!(
-                "conflict: {} changed in the project while the task ran; nothing was integrated (the patch is in {})",
-                files.join(", "),
-                patch.display()
-            ))),
+            Err(conflicts) => Err(Failure::failed(conflicts.reason(&patch))),
         }
     }
 
