@@ -18,6 +18,23 @@ pub fn temp_prefix() -> String {
     format!("{TMP_PREFIX}{}-", std::process::id())
 }
 
+/// A new temp file name of this process ([`temp_prefix`], a counter and
+/// the time: never the same twice, across threads or runs).
+pub fn temp_name() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("{}{n}-{nanos}", temp_prefix())
+}
+
+/// Whether the cassist process `pid` (named in a temp file, a workspace's
+/// owner file or a layers folder) still runs: a process with that pid
+/// exists and is a cassist (a reused pid is not).
+pub fn cassist_alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+        && std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.contains("cassist"))
+}
+
 /// The pid in a temp file's name made with [`temp_prefix`]; `None` for a
 /// name that is not a temp file, or holds no pid.
 pub fn temp_owner(name: &[u8]) -> Option<u32> {

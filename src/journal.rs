@@ -402,7 +402,8 @@ fn leftover_temps_in(dir: &Path) -> Vec<PathBuf> {
         .into_iter()
         .filter(|p| {
             let owner = p.file_name().and_then(|n| crate::fsx::temp_owner(n.as_bytes()));
-            owner.is_none_or(|pid| pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists())
+            owner
+                .is_none_or(|pid| pid != std::process::id() && !i32::try_from(pid).is_ok_and(crate::fsx::cassist_alive))
         })
         .collect()
 }
@@ -565,7 +566,7 @@ fn place(root: &Path, store: &Store, rel: &str, content: &Content, points: &Poin
         return Err(std::io::Error::other(format!("its folder leads outside the project (to {})", real.display())));
     }
     let bytes = store.get_object(&content.hash)?;
-    let tmp = dir.join(temp_name());
+    let tmp = dir.join(crate::fsx::temp_name());
     let written = (|| {
         if content.is_symlink() {
             std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&bytes), &tmp)?;
@@ -672,13 +673,6 @@ fn unsafe_path(rel: &str) -> Option<&'static str> {
         }
         _ => None,
     }
-}
-
-fn temp_name() -> String {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    format!("{TMP_PREFIX}{}-{n}-{nanos}", std::process::id())
 }
 
 /// The `.cassist-tmp-*` files directly in folder `dir`.
@@ -928,7 +922,7 @@ mod tests {
             let dir = root.join(&next.path);
             let dir = dir.parent().unwrap();
             if dir.is_dir() {
-                std::fs::write(dir.join(temp_name()), "half").unwrap();
+                std::fs::write(dir.join(crate::fsx::temp_name()), "half").unwrap();
             }
         }
         journal

@@ -188,9 +188,7 @@ impl Store {
             std::fs::create_dir_all(dir)?;
             // A name of its own per call: tasks record from several
             // threads, and two may store the same content at once.
-            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let tmp = dir.join(format!("{}{n}-{}", crate::fsx::temp_prefix(), &hash[..16]));
+            let tmp = dir.join(crate::fsx::temp_name());
             let _ = std::fs::remove_file(&tmp);
             if std::fs::hard_link(file, &tmp).is_err() {
                 std::fs::copy(file, &tmp)?;

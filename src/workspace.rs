@@ -1126,8 +1126,7 @@ pub fn remove_stale(parent: &Path) -> usize {
         let Some(pid) = layers_of.or_else(owner) else {
             continue;
         };
-        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
-            && std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.contains("cassist"));
+        let alive = crate::fsx::cassist_alive(pid);
         if !alive {
             remove_tree(&dir);
             removed += 1;
