@@ -41,11 +41,9 @@ pub fn run(command: Command, dir: Option<&Path>, out: &Output) -> Result {
 
 fn dispatch(command: Command, cwd: &Path, out: &Output) -> Result {
     // What reads the project's state first puts right what a killed
-    // cassist left in it; `check` stays read-only.
-    if matches!(
-        command,
-        Command::Run(_) | Command::Plan { .. } | Command::Prompt { .. } | Command::Explain { .. } | Command::Cache(_)
-    ) {
+    // cassist left in it; `check` stays read-only; `run` does it once it
+    // holds the project lock (cmd/run.rs).
+    if matches!(command, Command::Plan { .. } | Command::Prompt { .. } | Command::Explain { .. } | Command::Cache(_)) {
         let root = crate::project::find_root(cwd);
         recover(&std::fs::canonicalize(&root).unwrap_or(root), false);
     }
