@@ -78,7 +78,7 @@ fn task_names() -> Vec<CompletionCandidate> {
     names
 }
 
-/// The last `-C DIR` (or `-CDIR`) of a command line.
+/// The last `-C DIR` (or `-CDIR`, `-C=DIR`) of a command line.
 fn dir_option(line: &[OsString]) -> Option<std::path::PathBuf> {
     let mut dir = None;
     for (i, arg) in line.iter().enumerate() {
@@ -89,7 +89,7 @@ fn dir_option(line: &[OsString]) -> Option<std::path::PathBuf> {
         if arg == "-C" {
             dir = line.get(i + 1).map(std::path::PathBuf::from);
         } else if let Some(rest) = arg.strip_prefix("-C") {
-            dir = Some(std::path::PathBuf::from(rest));
+            dir = Some(std::path::PathBuf::from(rest.trim_start_matches('=')));
         }
     }
     dir
@@ -103,6 +103,7 @@ mod tests {
         let dir = |args: &[&str]| super::dir_option(&line(args)).map(|p| p.display().to_string());
         assert_eq!(dir(&["cassist", "-C", "demo", "prompt", "add"]), Some("demo".into()));
         assert_eq!(dir(&["cassist", "-Cdemo", "prompt"]), Some("demo".into()));
+        assert_eq!(dir(&["cassist", "-C=demo", "prompt"]), Some("demo".into()));
         assert_eq!(dir(&["cassist", "prompt", "add"]), None);
     }
 
