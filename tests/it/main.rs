@@ -22,6 +22,7 @@ mod parallel;
 mod review;
 mod run;
 mod sandbox;
+mod servers;
 mod snapshot;
 mod specs;
 mod split;

@@ -1,11 +1,13 @@
 //! What every area of the suite shares: the fixture builder ([`Test`] →
 //! [`Project`]), the command runner ([`Cmd`] → [`Output`] or [`Running`]),
-//! the one sandbox check ([`sandbox_or_skip`]), and small helpers over
-//! trees, processes and reports.
+//! the one sandbox check ([`sandbox_or_skip`]), the real remote-cache
+//! servers ([`S3Server`], [`TurboServer`], [`SilentServer`]), and small
+//! helpers over trees, processes and reports.
 
 mod cmd;
 mod project;
 mod sandbox;
+mod servers;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
@@ -16,6 +18,7 @@ use serde_json::Value;
 pub use cmd::{Cmd, Key, Output};
 pub use project::{Project, Test, sh_agent_block};
 pub use sandbox::{Sandbox, sandbox_or_skip};
+pub use servers::{S3Server, SilentServer, TurboServer, curl, curl_with_body};
 
 /// The environment that makes cassist use copy workspaces.
 pub const COPY: &[(&str, &str)] = &[("CASSIST_WORKSPACE", "copy")];
