@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::{
-    Output, Project, Sandbox, Test, Tree, assert_same_tree, fixtures, outside_temp_dir, repo, sandbox_or_skip,
+    Output, Project, Sandbox, Test, Tree, assert_same_tree, fixtures, outside_temp_dir, run_installer, sandbox_or_skip,
     sh_agent_block, snapshot, strings, write,
 };
 
@@ -39,30 +39,7 @@ use crate::support::{
 /// `cmd → bin folder` from `.ci/install-agents.sh`, or why it failed.
 fn installed_clis() -> &'static Result<BTreeMap<String, PathBuf>, String> {
     static CLIS: OnceLock<Result<BTreeMap<String, PathBuf>, String>> = OnceLock::new();
-    CLIS.get_or_init(|| {
-        let script = repo().join(".ci/install-agents.sh");
-        let started = Instant::now();
-        let out = Command::new("bash")
-            .arg(&script)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{} failed ({}):\n{}",
-                script.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let clis: BTreeMap<String, PathBuf> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(cmd, dir)| (cmd.to_owned(), PathBuf::from(dir)))
-            .collect();
-        eprintln!("agent CLIs ready in {:.1?}: {clis:?}", started.elapsed());
-        Ok(clis)
-    })
+    CLIS.get_or_init(|| run_installer("install-agents.sh"))
 }
 
 /// The bin folder of CLI `cmd`; `None` (skip the test) only when the

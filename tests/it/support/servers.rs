@@ -49,33 +49,33 @@ const START_LIMIT: Duration = Duration::from_secs(60);
 // ---------------------------------------------------------------------------
 // The binaries
 
+/// Runs an install script of `.ci/` (`install-agents.sh`,
+/// `install-servers.sh`): `cmd → bin folder` from its `cmd=DIR` lines, or
+/// why it failed.
+pub fn run_installer(script: &str) -> Result<BTreeMap<String, PathBuf>, String> {
+    let script = repo().join(".ci").join(script);
+    let started = Instant::now();
+    let out = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!("{} failed ({}):\n{}", script.display(), out.status, String::from_utf8_lossy(&out.stderr)));
+    }
+    let tools: BTreeMap<String, PathBuf> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(cmd, dir)| (cmd.to_owned(), PathBuf::from(dir)))
+        .collect();
+    eprintln!("{} ready in {:.1?}: {tools:?}", script.display(), started.elapsed());
+    Ok(tools)
+}
+
 /// `cmd → bin folder` from `.ci/install-servers.sh`, or why it failed.
 fn installed() -> &'static Result<BTreeMap<String, PathBuf>, String> {
     static TOOLS: OnceLock<Result<BTreeMap<String, PathBuf>, String>> = OnceLock::new();
-    TOOLS.get_or_init(|| {
-        let script = repo().join(".ci/install-servers.sh");
-        let started = Instant::now();
-        let out = Command::new("bash")
-            .arg(&script)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{} failed ({}):\n{}",
-                script.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let tools: BTreeMap<String, PathBuf> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(cmd, dir)| (cmd.to_owned(), PathBuf::from(dir)))
-            .collect();
-        eprintln!("servers ready in {:.1?}: {tools:?}", started.elapsed());
-        Ok(tools)
-    })
+    TOOLS.get_or_init(|| run_installer("install-servers.sh"))
 }
 
 /// The executable `cmd` (`weed`, `turborepo-remote-cache`, `actionlint`)
@@ -229,9 +229,20 @@ fn listening(port: u16) -> bool {
     TcpStream::connect_timeout(&(Ipv4Addr::LOCALHOST, port).into(), Duration::from_millis(200)).is_ok()
 }
 
-/// How many times a server is started before its failure fails the test
-/// (a port taken between [`free_ports`] and the server's bind).
-const TRIES: usize = 3;
+/// `start()`'s result, started again when it fails (a port taken between
+/// [`free_ports`] and the server's bind); the third failure fails the test.
+#[track_caller]
+fn with_retries<T>(what: &str, mut start: impl FnMut() -> Result<T, String>) -> T {
+    const TRIES: usize = 3;
+    let mut last = String::new();
+    for _ in 0..TRIES {
+        match start() {
+            Ok(server) => return server,
+            Err(why) => last = why,
+        }
+    }
+    panic!("{what} did not start in {TRIES} tries:\n{last}");
+}
 
 /// `curl -sS ARGS`: its status code (`-w %{http_code}`; 0 when no answer)
 /// and body.
@@ -287,14 +298,7 @@ impl S3Server {
     /// installed and the test is to be skipped (see [`server_tool`]).
     pub fn start() -> Option<S3Server> {
         let weed = server_tool("weed")?;
-        let mut last = String::new();
-        for _ in 0..TRIES {
-            match S3Server::try_start(&weed) {
-                Ok(server) => return Some(server),
-                Err(why) => last = why,
-            }
-        }
-        panic!("SeaweedFS did not start in {TRIES} tries:\n{last}");
+        Some(with_retries("SeaweedFS", || S3Server::try_start(&weed)))
     }
 
     fn try_start(weed: &Path) -> Result<S3Server, String> {
@@ -505,14 +509,7 @@ impl TurboServer {
     /// test is to be skipped (see [`server_tool`]).
     pub fn start() -> Option<TurboServer> {
         let exe = server_tool("turborepo-remote-cache")?;
-        let mut last = String::new();
-        for _ in 0..TRIES {
-            match TurboServer::try_start(&exe) {
-                Ok(server) => return Some(server),
-                Err(why) => last = why,
-            }
-        }
-        panic!("turborepo-remote-cache did not start in {TRIES} tries:\n{last}");
+        Some(with_retries("turborepo-remote-cache", || TurboServer::try_start(&exe)))
     }
 
     fn try_start(exe: &Path) -> Result<TurboServer, String> {
