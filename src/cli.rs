@@ -86,6 +86,11 @@ pub enum Command {
         #[arg(value_name = "DIR", default_value = "cassist-demo")]
         folder: PathBuf,
     },
+    /// Serve the project's tasks to a coordinating agent over MCP (stdio).
+    Mcp {
+        #[command(flatten)]
+        tasks: TaskArgs,
+    },
     /// Print a shell completion script (it completes task names too).
     Completions { shell: clap_complete::Shell },
     /// Internal: run a command of a task in its sandbox (`sandbox::ExecSpec`).

@@ -26,7 +26,8 @@
 //!   [`runner`] (one task), [`cache`] (recording and replaying results),
 //!   [`scheduler`] (the batch).
 //! - The edge: [`cli`] (arguments), [`report`] (every output), [`cmd`] (one
-//!   file per subcommand).
+//!   file per subcommand), and above it [`mcp`] (`cassist mcp`: the MCP
+//!   server, which runs tasks through `run`'s preparation).
 
 /// `println!` that never panics and never stops cassist: a reader that
 /// went away (`cassist plan --json | head`) loses the rest of the output,
@@ -114,6 +115,7 @@ pub mod fsx;
 pub mod journal;
 pub mod limits;
 pub mod lock;
+pub mod mcp;
 pub mod part;
 pub mod paths;
 pub mod plan;
@@ -187,6 +189,11 @@ pub fn main_entry() -> i32 {
                 })
             }
             cli::Command::SandboxProbe { dir, lower } => sandbox::probe(&dir, lower.as_deref()),
+            // Above the commands: it runs tasks as `run` does, its own way.
+            cli::Command::Mcp { tasks } => {
+                let out = report::Output::new(color, quiet, verbose);
+                (out, mcp::main(dir.as_deref(), &tasks))
+            }
             command => {
                 let out = report::Output::new(color, quiet, verbose);
                 let result = cmd::run(command, dir.as_deref(), &out);

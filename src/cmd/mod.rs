@@ -11,7 +11,7 @@ mod explain;
 mod init;
 mod plan;
 mod prompt;
-mod run;
+pub mod run;
 
 use std::path::Path;
 
@@ -32,11 +32,16 @@ pub fn run(command: Command, dir: Option<&Path>, out: &Output) -> Result {
     if let Command::ApplyChanges { spec } = &command {
         return crate::cache::apply_changes(spec).map_err(Error::Helper);
     }
+    let cwd = enter(dir)?;
+    dispatch(command, &cwd, out)
+}
+
+/// Goes into `dir` (`-C`) when given; the folder a command works in.
+pub fn enter(dir: Option<&Path>) -> Result<std::path::PathBuf> {
     if let Some(dir) = dir {
         std::env::set_current_dir(dir).map_err(|e| Error::Input(format!("cannot use -C {}: {e}", dir.display())))?;
     }
-    let cwd = std::env::current_dir().map_err(|e| Error::Input(format!("cannot read the current folder: {e}")))?;
-    dispatch(command, &cwd, out)
+    std::env::current_dir().map_err(|e| Error::Input(format!("cannot read the current folder: {e}")))
 }
 
 fn dispatch(command: Command, cwd: &Path, out: &Output) -> Result {
@@ -60,6 +65,7 @@ fn dispatch(command: Command, cwd: &Path, out: &Output) -> Result {
         Command::SandboxExec { .. } | Command::SandboxProbe { .. } | Command::ApplyChanges { .. } => {
             unreachable!("the hidden helpers are run before any command")
         }
+        Command::Mcp { .. } => unreachable!("the MCP server is started before any command (lib.rs)"),
         Command::Completions { shell } => complete::print_script(shell),
     }
 }
@@ -70,7 +76,7 @@ fn dispatch(command: Command, cwd: &Path, out: &Output) -> Result {
 /// it; otherwise it is taken for the moment, and when another cassist
 /// holds it (a run in progress: the integration is its own) nothing is
 /// done.
-fn recover(root: &Path, held: bool) {
+pub fn recover(root: &Path, held: bool) {
     if !crate::journal::pending(root) {
         return;
     }
@@ -86,15 +92,20 @@ fn recover(root: &Path, held: bool) {
     }
 }
 
-fn load_options(args: &TaskArgs) -> LoadOptions {
-    LoadOptions { paths: args.paths.clone(), agent: args.agent.clone(), model: args.model.clone() }
+pub fn load_options(args: &TaskArgs) -> LoadOptions {
+    LoadOptions {
+        paths: args.paths.clone(),
+        agent: args.agent.clone(),
+        model: args.model.clone(),
+        ..LoadOptions::default()
+    }
 }
 
 /// Hashes loaded tasks into a plan. The version of each built-in agent the
 /// tasks may use is part of their hashes: its CLI is asked here, at the
 /// command edge (planning runs nothing), through the cache in
 /// `.cassist/cache/agent-versions` (an unchanged CLI is not asked again).
-fn plan_loaded(loaded: Loaded) -> Result<Plan> {
+pub fn plan_loaded(loaded: Loaded) -> Result<Plan> {
     let state = crate::fsx::state_dir(&loaded.project.root);
     let versions = loaded
         .builtin_agents()

@@ -42,68 +42,20 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     let cancel = Cancel::default();
     let (interrupts, told) = install_ctrl_c(cancel.clone());
 
-    let exe = std::env::current_exe().map_err(|e| Error::Internal(format!("cannot find the cassist binary: {e}")))?;
-    let workspaces = crate::workspace::parent_dir(&plan.project.root);
-    crate::workspace::remove_stale(&workspaces);
-    if args.keep_workspace {
-        // This run keeps its own: the ones earlier runs kept go.
-        let (removed, _) = crate::workspace::remove_kept(&workspaces, &plan.project.root);
-        if removed > 0 && !out.quiet {
-            crate::errln!("note: removed {removed} workspace(s) kept by an earlier run of this project");
-        }
-    }
-    let (mode, why) = detect_mode(&exe, &plan.project.root, &workspaces);
-    if mode == Mode::Copy && !out.quiet {
-        let because = match why {
-            Some(why) => format!("copy-on-write workspaces are unavailable here ({why})"),
-            None => "CASSIST_WORKSPACE=copy".to_owned(),
-        };
-        crate::errln!(
-            "note: {because}; each task works on a copy of the project instead, and its commands go without what namespaces give: a private /tmp, /var/tmp and /dev, a PID namespace of their own (they see every process of the machine), a read-only .git, ptys, and a copy-on-write view of the agents' state folders (what an agent writes in ~/.claude, ~/.codex, ~/.gemini, ~/.factory or ~/.cache stays there)"
-        );
-    }
-    let run_id = run_id();
-    let run_dir = crate::fsx::state_dir(&plan.project.root).join("runs").join(&run_id);
-    crate::fsx::ensure_state_dir(&plan.project.root)
-        .and_then(|_| std::fs::create_dir_all(&run_dir))
-        .map_err(|e| Error::Internal(format!("cannot create {}: {e}", run_dir.display())))?;
-    // CASSIST_LANDLOCK=off leaves the sandbox to the agents' flags and the
-    // review, as on a kernel without Landlock.
-    let landlock_off = std::env::var("CASSIST_LANDLOCK").is_ok_and(|v| v == "off");
-    let landlock = !landlock_off && crate::sandbox::landlock_abi() > 0;
-    if !landlock && !landlock_off && !out.quiet {
-        let copy = if mode == Mode::Copy {
-            "; in copy mode nothing keeps a command from reading other tasks' folders or the machine's terminals, nor from writing outside its workspace"
-        } else {
-            ""
-        };
-        crate::errln!(
-            "note: this kernel has no Landlock: sandbox levels rely on the agents' own flags and on the review of each change{copy}"
-        );
-    }
+    let settings = Settings {
+        keep_workspace: args.keep_workspace,
+        max_cost: args.max_cost,
+        locked: args.locked,
+        quiet: out.quiet,
+    };
+    let prepared = prepare(plan, &settings)?;
     let jobs = args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |j| j as usize);
     let reporter = Reporter::start(*out, Style::detect(out), selected.len(), args.output_logs);
     if let Some(told) = told {
         tell_interrupts(told, reporter.interrupts());
     }
-    let runner = Arc::new(Runner {
-        plan: Arc::new(plan),
-        exe,
-        workspaces,
-        mode,
-        run_dir: run_dir.clone(),
-        keep_workspace: args.keep_workspace,
-        landlock,
-        shared_state: shared_state(),
-        redactor: Arc::new(Redactor::from_env()),
-        cancel: cancel.clone(),
-        events: reporter.events(),
-        max_cost: args.max_cost,
-        locked: args.locked,
-        spent: Default::default(),
-        integration: Default::default(),
-        pending: Default::default(),
-    });
+    let runner = prepared.runner(cancel.clone(), reporter.events());
+    let run_dir = runner.run_dir.clone();
 
     crate::plan::timing("prepare run");
     let started = std::time::Instant::now();
@@ -120,32 +72,8 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
 
     crate::plan::timing("run tasks");
     let interrupted = cancel.is_cancelled() || interrupts.load(Ordering::SeqCst) > 0;
-    // A later task may change an earlier one's context files or outputs:
-    // the state the project is left in is what each recorded task's
-    // after-state (inputs and outputs) must describe, so an unchanged
-    // project is up-to-date next time. This is the only place an
-    // after-state moves, and `--locked` never writes the lock.
     if touched && !interrupted && !args.locked {
-        let mut changed = Vec::new();
-        for (planned, r) in selected.iter().zip(&reports) {
-            if !r.state().is_success() || !lock.tasks.contains_key(&planned.task.name) {
-                continue;
-            }
-            let mut t = planned.clone();
-            if plan.rehash(&mut t, &outputs).is_ok()
-                && let Some(entry) = lock.tasks.get_mut(&t.task.name)
-            {
-                let now = plan.outputs_now(entry);
-                let moved = now.as_ref().is_some_and(|o| entry.outputs != Some(crate::plan::state::outputs_hash(o)));
-                if entry.after != t.hash || moved {
-                    crate::cache::update_after(&plan.store, entry, &t, now);
-                    changed.push(crate::lock::LockLine { task: t.task.name.clone(), entry: Some(entry.clone()) });
-                }
-            }
-        }
-        if let Err(e) = crate::lock::Lock::update(&plan.project.root, &changed) {
-            crate::errln!("warning: could not write cassist.lock: {e}");
-        }
+        update_after_states(plan, &selected, &reports, &outputs, &mut lock);
     }
     plan.save_caches();
     crate::plan::timing("final hashes");
@@ -165,6 +93,146 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
         return Err(Error::Interrupted);
     }
     if reports.iter().all(|r| r.state().is_success()) { Ok(()) } else { Err(Error::TaskFailed) }
+}
+
+/// How [`prepare`] sets up a run.
+pub struct Settings {
+    pub keep_workspace: bool,
+    /// `--max-cost` (for the whole run).
+    pub max_cost: Option<f64>,
+    pub locked: bool,
+    /// No notes on stderr.
+    pub quiet: bool,
+}
+
+/// A run set up, before its runner has a cancel token and an event sink.
+pub struct Prepared {
+    plan: Plan,
+    exe: PathBuf,
+    workspaces: PathBuf,
+    mode: Mode,
+    run_dir: PathBuf,
+    landlock: bool,
+    keep_workspace: bool,
+    max_cost: Option<f64>,
+    locked: bool,
+}
+
+/// Sets up a run of `plan`'s tasks (the caller holds the project lock):
+/// stale workspaces removed, the workspace mode and Landlock probed (with a
+/// note on stderr when one is missing), the run's record folder made.
+/// Shared by `run` and the MCP server.
+pub fn prepare(plan: Plan, settings: &Settings) -> Result<Prepared> {
+    let quiet = settings.quiet;
+    let exe = std::env::current_exe().map_err(|e| Error::Internal(format!("cannot find the cassist binary: {e}")))?;
+    let workspaces = crate::workspace::parent_dir(&plan.project.root);
+    crate::workspace::remove_stale(&workspaces);
+    if settings.keep_workspace {
+        // This run keeps its own: the ones earlier runs kept go.
+        let (removed, _) = crate::workspace::remove_kept(&workspaces, &plan.project.root);
+        if removed > 0 && !quiet {
+            crate::errln!("note: removed {removed} workspace(s) kept by an earlier run of this project");
+        }
+    }
+    let (mode, why) = detect_mode(&exe, &plan.project.root, &workspaces);
+    if mode == Mode::Copy && !quiet {
+        let because = match why {
+            Some(why) => format!("copy-on-write workspaces are unavailable here ({why})"),
+            None => "CASSIST_WORKSPACE=copy".to_owned(),
+        };
+        crate::errln!(
+            "note: {because}; each task works on a copy of the project instead, and its commands go without what namespaces give: a private /tmp, /var/tmp and /dev, a PID namespace of their own (they see every process of the machine), a read-only .git, ptys, and a copy-on-write view of the agents' state folders (what an agent writes in ~/.claude, ~/.codex, ~/.gemini, ~/.factory or ~/.cache stays there)"
+        );
+    }
+    let run_dir = crate::fsx::state_dir(&plan.project.root).join("runs").join(run_id());
+    crate::fsx::ensure_state_dir(&plan.project.root)
+        .and_then(|_| std::fs::create_dir_all(&run_dir))
+        .map_err(|e| Error::Internal(format!("cannot create {}: {e}", run_dir.display())))?;
+    // CASSIST_LANDLOCK=off leaves the sandbox to the agents' flags and the
+    // review, as on a kernel without Landlock.
+    let landlock_off = std::env::var("CASSIST_LANDLOCK").is_ok_and(|v| v == "off");
+    let landlock = !landlock_off && crate::sandbox::landlock_abi() > 0;
+    if !landlock && !landlock_off && !quiet {
+        let copy = if mode == Mode::Copy {
+            "; in copy mode nothing keeps a command from reading other tasks' folders or the machine's terminals, nor from writing outside its workspace"
+        } else {
+            ""
+        };
+        crate::errln!(
+            "note: this kernel has no Landlock: sandbox levels rely on the agents' own flags and on the review of each change{copy}"
+        );
+    }
+    Ok(Prepared {
+        plan,
+        exe,
+        workspaces,
+        mode,
+        run_dir,
+        landlock,
+        keep_workspace: settings.keep_workspace,
+        max_cost: settings.max_cost,
+        locked: settings.locked,
+    })
+}
+
+impl Prepared {
+    /// The runner of the run, stopped by `cancel`, telling `events`.
+    pub fn runner(self, cancel: Cancel, events: crate::event::Events) -> Arc<Runner> {
+        Arc::new(Runner {
+            plan: Arc::new(self.plan),
+            exe: self.exe,
+            workspaces: self.workspaces,
+            mode: self.mode,
+            run_dir: self.run_dir,
+            keep_workspace: self.keep_workspace,
+            landlock: self.landlock,
+            shared_state: shared_state(),
+            redactor: Arc::new(Redactor::from_env()),
+            cancel,
+            events,
+            max_cost: self.max_cost,
+            locked: self.locked,
+            spent: Default::default(),
+            integration: Default::default(),
+            pending: Default::default(),
+        })
+    }
+}
+
+/// Moves the after-states of a run's recorded tasks to the project as the
+/// run left it. A later task may change an earlier one's context files or
+/// outputs: the state the project is left in is what each recorded task's
+/// after-state (inputs and outputs) must describe, so an unchanged project
+/// is up-to-date next time. This is the only place an after-state moves;
+/// the caller never calls it with `--locked` (which never writes the lock)
+/// nor after an interrupted run.
+pub fn update_after_states(
+    plan: &Plan,
+    selected: &[PlannedTask],
+    reports: &[crate::event::TaskEnd],
+    outputs: &HashMap<String, String>,
+    lock: &mut crate::lock::Lock,
+) {
+    let mut changed = Vec::new();
+    for (planned, r) in selected.iter().zip(reports) {
+        if !r.state().is_success() || !lock.tasks.contains_key(&planned.task.name) {
+            continue;
+        }
+        let mut t = planned.clone();
+        if plan.rehash(&mut t, outputs).is_ok()
+            && let Some(entry) = lock.tasks.get_mut(&t.task.name)
+        {
+            let now = plan.outputs_now(entry);
+            let moved = now.as_ref().is_some_and(|o| entry.outputs != Some(crate::plan::state::outputs_hash(o)));
+            if entry.after != t.hash || moved {
+                crate::cache::update_after(&plan.store, entry, &t, now);
+                changed.push(crate::lock::LockLine { task: t.task.name.clone(), entry: Some(entry.clone()) });
+            }
+        }
+    }
+    if let Err(e) = crate::lock::Lock::update(&plan.project.root, &changed) {
+        crate::errln!("warning: could not write cassist.lock: {e}");
+    }
 }
 
 /// `--shard K/N`: the selected tasks in slice K, and the output of each
@@ -207,7 +275,7 @@ fn shard_of(
     Ok((mine, outside))
 }
 
-fn select<'a>(plan: &'a Plan, filter: &[String]) -> Result<Vec<&'a PlannedTask>> {
+pub fn select<'a>(plan: &'a Plan, filter: &[String]) -> Result<Vec<&'a PlannedTask>> {
     if filter.is_empty() {
         return Ok(plan.tasks.iter().collect());
     }

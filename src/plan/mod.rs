@@ -38,7 +38,18 @@ pub struct LoadOptions {
     pub agent: Option<String>,
     /// `--model`.
     pub model: Option<String>,
+    /// Tasks given inline (by the MCP server), each a task file's text
+    /// named [`INLINE_SOURCE`]: read, checked and planned with the task
+    /// files, after them.
+    pub inline: Vec<Arc<SourceFile>>,
+    /// No `tasks/` folder is as no task file (the MCP server dispatches
+    /// inline tasks in any project).
+    pub tasks_optional: bool,
 }
+
+/// The source name of inline tasks: they are never written to
+/// `cassist.lock` (the committed record of task files), only to the store.
+pub const INLINE_SOURCE: &str = "<mcp>";
 
 /// A task's resolved context and reference files.
 pub type TaskFiles = (Vec<ResolvedFile>, Vec<ResolvedFile>);
@@ -98,6 +109,9 @@ pub struct PlannedTask {
     /// What stands behind the state (the entry to replay, the recorded
     /// patch, an unusable entry).
     pub cached: state::Cached,
+    /// The agent's turn cap when set by the caller (the MCP server's
+    /// dispatches); else read-only kinds get the adapters' own cap.
+    pub turn_cap: Option<u32>,
 }
 
 /// Tasks in run order with their hashes.
@@ -185,6 +199,7 @@ pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic
     // Task files.
     let files = match discover::task_files(cwd, &project.root, &opts.paths) {
         Ok(f) => f,
+        Err(d) if opts.tasks_optional && opts.paths.is_empty() && d.code == "no-such-path" => Vec::new(),
         Err(d) => {
             diags.push(d);
             return Err(diags.sorted());
@@ -192,7 +207,13 @@ pub fn load(cwd: &Path, opts: &LoadOptions) -> Result<Loaded, Vec<SpecDiagnostic
     };
     timing("discover");
     let mut spec_cache = SpecCache::load(&crate::fsx::state_dir(&project.root).join("cache").join("tasks.json"));
-    let (mut tasks, partial) = parse_files(&project, &files, &mut spec_cache, &mut diags);
+    let (mut tasks, mut partial) = parse_files(&project, &files, &mut spec_cache, &mut diags);
+    for src in &opts.inline {
+        match parse_task_file(src, &mut diags) {
+            Some(t) => tasks.extend(t),
+            None => partial = true,
+        }
+    }
     timing("parse");
 
     // Names unique across the run.
@@ -644,6 +665,7 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
             hash: String::new(),
             state: State::Run,
             cached: state::Cached::default(),
+            turn_cap: None,
             task,
         };
         let root = &project.root;
@@ -955,6 +977,11 @@ pub fn load_and_plan(cwd: &Path, opts: &LoadOptions) -> Result<Plan, Vec<SpecDia
 impl PlannedTask {
     pub fn kind(&self) -> Kind {
         self.task.kind
+    }
+
+    /// Given inline (MCP), not by a task file: recorded in the store only.
+    pub fn inline(&self) -> bool {
+        self.task.source.name == INLINE_SOURCE
     }
 
     /// A read-only kind (`explore`, `review`) or sandbox: it may change no

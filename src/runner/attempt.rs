@@ -129,7 +129,7 @@ impl TaskContext<'_> {
             Some(b) => b.argv(&AdapterInput {
                 sandbox: t.sandbox,
                 read_only_kind: t.task.kind.is_read_only(),
-                max_turns: t.task.kind.is_read_only().then_some(READ_ONLY_TURN_CAP),
+                max_turns: t.turn_cap.or(t.task.kind.is_read_only().then_some(READ_ONLY_TURN_CAP)),
                 max_cost: t.max_cost,
                 model: t.model.as_deref(),
                 prompt_file: &files.prompt,

@@ -351,10 +351,12 @@ pub fn hashed_after(runner: &Runner, t: &PlannedTask) -> Option<PlannedTask> {
 /// new record (or the removal of an older one, when it could not be
 /// recorded); a replayed task's record from its entry when the lock has
 /// none for it, else nothing (the line stands as recorded). Nothing with
-/// `--locked`. The entry learns the after-state first, when it does not
+/// `--locked`, nor for an inline task. The entry learns the after-state first, when it does not
 /// know it yet.
 fn line_for(runner: &Runner, l: &mut Landing, after: Option<&PlannedTask>) -> Option<LockLine> {
-    if runner.locked {
+    // An inline task (MCP) is recorded in the store only: the lock is the
+    // record of task files.
+    if runner.locked || l.t.inline() {
         return None;
     }
     let store = &runner.plan.store;

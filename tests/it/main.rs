@@ -18,6 +18,7 @@ mod crash;
 mod demo;
 mod fuzz;
 mod hash;
+mod mcp;
 mod parallel;
 mod review;
 mod run;

@@ -5,6 +5,7 @@
 //! helpers over trees, processes and reports.
 
 mod cmd;
+pub mod mcp;
 mod project;
 mod sandbox;
 mod servers;

@@ -1,0 +1,139 @@
+//! What the tools do, on blocking threads: plan the project (with the
+//! call's inline tasks), and run a selection of its tasks through the same
+//! preparation, scheduler, runner, store and lock as `cassist run`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::cmd::Error;
+use crate::cmd::run::{Settings, prepare, select, update_after_states};
+use crate::event::TaskEnd;
+use crate::plan::{INLINE_SOURCE, LoadOptions, Plan, PlannedTask};
+use crate::process::Cancel;
+use crate::spec::{SourceFile, SpecDiagnostic};
+
+/// What every call of one server shares: where it serves, and the
+/// `cassist mcp` arguments (task paths, `--agent`, `--model`).
+pub struct Serving {
+    pub cwd: PathBuf,
+    pub options: LoadOptions,
+}
+
+/// Why a call did nothing: said to the client as a tool error.
+#[derive(Debug)]
+pub struct Refused(pub String);
+
+impl From<Error> for Refused {
+    fn from(e: Error) -> Refused {
+        match e {
+            Error::Invalid(diags) => Refused(diagnostics(&diags)),
+            e => Refused(e.to_string()),
+        }
+    }
+}
+
+/// Diagnostics as plain text, errors first, one a line.
+pub fn diagnostics(diags: &[SpecDiagnostic]) -> String {
+    let mut lines: Vec<String> = diags.iter().filter(|d| d.is_error()).map(diagnostic).collect();
+    if lines.is_empty() {
+        lines = diags.iter().map(diagnostic).collect();
+    }
+    lines.join("\n")
+}
+
+/// One diagnostic on one line: what, where (in a task file), the help.
+pub fn diagnostic(d: &SpecDiagnostic) -> String {
+    let mut s = format!("{}: {}", if d.is_error() { "error" } else { "warning" }, d.message);
+    match d.location() {
+        Some((file, line, col)) if file != INLINE_SOURCE => s.push_str(&format!(" ({file}:{line}:{col})")),
+        _ => {}
+    }
+    if d.code == "duplicate-task" && d.source.as_ref().is_some_and(|s| s.name == INLINE_SOURCE) {
+        s.push_str("; an inline task cannot take the name of a task of the project's task files, nor of another inline task of the call: give it another `name`");
+    } else if let Some(help) = &d.help {
+        s.push_str(&format!("; {help}"));
+    }
+    s
+}
+
+impl Serving {
+    /// The plan of the project's task files and `inline`.
+    pub fn plan(&self, inline: Option<Arc<SourceFile>>) -> Result<Plan, Refused> {
+        let opts = LoadOptions { inline: inline.into_iter().collect(), tasks_optional: true, ..self.options.clone() };
+        let loaded = crate::plan::load(&self.cwd, &opts).map_err(|d| Refused(diagnostics(&d)))?;
+        Ok(crate::cmd::plan_loaded(loaded)?)
+    }
+}
+
+/// Which tasks a run call runs.
+pub enum Selection {
+    /// Tasks of the task files, with what they depend on.
+    Named(Vec<String>),
+    /// The inline tasks of the call (by name), with their task file.
+    Inline { names: Vec<String>, source: Arc<SourceFile>, turn_cap: Option<u32> },
+}
+
+/// A run call: what to run, its budget, and where its news go.
+pub struct RunCall {
+    pub selection: Selection,
+    pub max_cost: Option<f64>,
+    pub cancel: Cancel,
+    pub events: crate::event::Events,
+}
+
+/// The outcome of a run call: one end per task run, and the warnings of
+/// the plan.
+pub struct Ran {
+    pub ends: Vec<TaskEnd>,
+    pub warnings: Vec<String>,
+}
+
+impl Serving {
+    /// Runs a call's tasks as `cassist run` would, under the project lock
+    /// (the calls of a server wait for each other as concurrent runs do).
+    /// `finished` hears of each task as it ends.
+    pub fn run(&self, call: RunCall, finished: &mut dyn FnMut(&TaskEnd)) -> Result<Ran, Refused> {
+        let inline = match &call.selection {
+            Selection::Inline { source, .. } => Some(source.clone()),
+            Selection::Named(_) => None,
+        };
+        // Read and checked first: invalid input ends here, with nothing
+        // written.
+        let opts = LoadOptions { inline: inline.into_iter().collect(), tasks_optional: true, ..self.options.clone() };
+        let loaded = crate::plan::load(&self.cwd, &opts).map_err(|d| Refused(diagnostics(&d)))?;
+        let root = loaded.project.root.clone();
+        let _lock = crate::store::ProjectLock::acquire(&root, || {
+            crate::errln!("waiting for another cassist run on this project to finish...")
+        })
+        .map_err(|e| Refused(format!("cannot lock {}: {e}", crate::fsx::state_dir(&root).display())))?;
+        crate::cmd::recover(&root, true);
+        let plan = crate::cmd::plan_loaded(loaded)?;
+        let warnings = plan.warnings.iter().map(diagnostic).collect();
+        let selected: Vec<PlannedTask> = match &call.selection {
+            Selection::Named(names) => select(&plan, names)?.into_iter().cloned().collect(),
+            Selection::Inline { names, turn_cap, .. } => plan
+                .tasks
+                .iter()
+                .filter(|t| t.inline() && names.contains(&t.task.name))
+                .map(|t| PlannedTask { turn_cap: *turn_cap, ..t.clone() })
+                .collect(),
+        };
+        if call.cancel.is_cancelled() {
+            return Err(Refused("cancelled before it started".into()));
+        }
+        let settings = Settings { keep_workspace: false, max_cost: call.max_cost, locked: false, quiet: false };
+        let runner = prepare(plan, &settings)?.runner(call.cancel.clone(), call.events);
+        let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let opts = crate::scheduler::Options { jobs, keep_going: false, locked: false, no_cache: false };
+        let outcome = crate::scheduler::run(runner.clone(), selected.clone(), HashMap::new(), &opts, finished);
+        // Every change was flushed: no layer is in use.
+        crate::workspace::remove_layers(&runner.workspaces);
+        let crate::scheduler::Outcome { reports, outputs, mut lock, touched, .. } = outcome;
+        if touched && !call.cancel.is_cancelled() {
+            update_after_states(&runner.plan, &selected, &reports, &outputs, &mut lock);
+        }
+        runner.plan.save_caches();
+        Ok(Ran { ends: reports, warnings })
+    }
+}
