@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use kdl::{KdlDocument, KdlEntry, KdlNode};
 use rmcp::schemars::{self, JsonSchema};
 use serde::{Deserialize, Serialize};
 
@@ -116,15 +115,9 @@ impl InlineTask {
     }
 
     /// The task as a task file's `task` node named `name`.
-    fn node(&self, name: &str) -> KdlNode {
-        let mut task = KdlNode::new("task");
-        task.push(KdlEntry::new(name));
-        let mut body = KdlDocument::new();
-        let mut one = |key: &str, value: &str| {
-            let mut n = KdlNode::new(key);
-            n.push(KdlEntry::new(value));
-            body.nodes_mut().push(n);
-        };
+    fn node(&self, name: &str) -> String {
+        let mut out = format!("task {} {{\n", quoted(name));
+        let mut one = |key: &str, value: &str| out.push_str(&format!("    {key} {}\n", quoted(value)));
         one("goal", &self.goal);
         one("kind", kind_name(self.kind));
         if let Some(a) = &self.agent {
@@ -143,23 +136,42 @@ impl InlineTask {
             if values.is_empty() {
                 return;
             }
-            let mut n = KdlNode::new(key);
-            let mut children = KdlDocument::new();
+            out.push_str(&format!("    {key} {{\n"));
             for v in values {
-                let mut c = KdlNode::new(item);
-                c.push(KdlEntry::new(v.as_str()));
-                children.nodes_mut().push(c);
+                out.push_str(&format!("        {item} {}\n", quoted(v)));
             }
-            n.set_children(children);
-            body.nodes_mut().push(n);
+            out.push_str("    }\n");
         };
         block("context", "file", &self.context);
         block("scope", "path", &self.scope);
         block("constraints", "-", &self.constraints);
         block("acceptance", "run", &self.acceptance);
-        task.set_children(body);
-        task
+        out.push_str("}\n");
+        out
     }
+}
+
+/// `s` as a KDL v2 quoted string: quotes and backslashes escaped, and
+/// every character KDL forbids in a document or that would end the line
+/// (controls, newlines, bidi and invisible characters) as `\u{..}`.
+fn quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control()
+                || crate::text::is_invisible(c)
+                || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2028}' | '\u{2029}') =>
+            {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 fn kind_name(k: InlineKind) -> &'static str {
@@ -181,12 +193,8 @@ fn sandbox_name(s: InlineSandbox) -> &'static str {
 
 /// The task file of inline tasks, each with its name.
 pub fn source(tasks: &[(String, &InlineTask)]) -> Arc<SourceFile> {
-    let mut doc = KdlDocument::new();
-    for (name, t) in tasks {
-        doc.nodes_mut().push(t.node(name));
-    }
-    doc.autoformat();
-    SourceFile::new(INLINE_SOURCE, doc.to_string())
+    let text: String = tasks.iter().map(|(name, t)| t.node(name)).collect();
+    SourceFile::new(INLINE_SOURCE, text)
 }
 
 #[cfg(test)]
@@ -194,6 +202,7 @@ mod tests {
     use super::*;
     use crate::spec::Diagnostics;
     use crate::spec::task::parse_task_file;
+    use proptest::prelude::any;
 
     fn task(goal: &str) -> InlineTask {
         InlineTask::dispatch(InlineKind::Explore, goal.into(), vec!["src/*.rs".into()])
@@ -224,6 +233,22 @@ mod tests {
         assert_eq!(read.timeout, Some(std::time::Duration::from_secs(180)));
         assert_eq!(read.agent.as_ref().unwrap().value, "claude");
         assert_eq!(src.name, INLINE_SOURCE);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_reads_back_unchanged(goal in "\\PC*|[\\x00-\\x{10ffff}]{0,40}", item in any::<String>()) {
+            proptest::prop_assume!(!goal.trim().is_empty() && !item.trim().is_empty());
+            let mut t = task(&goal);
+            t.constraints = vec![item.clone()];
+            let src = source(&[("a".into(), &t)]);
+            let mut diags = Diagnostics::default();
+            let tasks = parse_task_file(&src, &mut diags);
+            proptest::prop_assert!(tasks.is_some(), "not KDL: {:?}", src.text);
+            let tasks = tasks.unwrap();
+            proptest::prop_assert_eq!(&tasks[0].goal, &goal);
+            proptest::prop_assert_eq!(&tasks[0].constraints, &vec![item]);
+        }
     }
 
     #[test]
