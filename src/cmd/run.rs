@@ -324,7 +324,7 @@ fn write_report(path: &Path, bytes: &[u8]) {
 /// consistent. A third ends cassist at once. Returns the count of
 /// interrupts seen, and a socket that gets a byte for each (for
 /// [`tell_interrupts`]; `None` if it could not be made).
-fn install_ctrl_c(cancel: Cancel) -> (&'static AtomicUsize, Option<std::os::unix::net::UnixStream>) {
+pub fn install_ctrl_c(cancel: Cancel) -> (&'static AtomicUsize, Option<std::os::unix::net::UnixStream>) {
     static COUNT: AtomicUsize = AtomicUsize::new(0);
     let pair = std::os::unix::net::UnixStream::pair().ok();
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

@@ -19,7 +19,6 @@ mod server;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rmcp::ServiceExt as _;
 
@@ -35,8 +34,11 @@ pub fn main(dir: Option<&Path>, args: &TaskArgs) -> Result {
     // From here on, nothing but the protocol reaches the real stdout.
     let stdout = io::protocol_stdout().map_err(|e| Error::Internal(format!("cannot set up stdout: {e}")))?;
     let serving = call::Serving { cwd, options: crate::cmd::load_options(args) };
+    // SIGINT and SIGTERM as in `run`: the first stops the server and its
+    // calls as Ctrl-C stops a run, the second kills what still runs, a
+    // third exits at once.
     let stop = Cancel::default();
-    install_signals(stop.clone());
+    let (_, _told) = crate::cmd::run::install_ctrl_c(stop.clone());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -80,24 +82,4 @@ async fn serve(
     }
     let _ = out.await;
     Ok(())
-}
-
-/// SIGINT and SIGTERM: the first stops the server and its calls as Ctrl-C
-/// stops a run; the second kills what still runs; a third exits at once.
-fn install_signals(stop: Cancel) {
-    static COUNT: AtomicUsize = AtomicUsize::new(0);
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let stop = stop.clone();
-        let action = move || match COUNT.fetch_add(1, Ordering::SeqCst) {
-            0 => stop.cancel(),
-            1 => crate::process::kill_all_groups(),
-            _ => {
-                crate::process::kill_all_groups();
-                signal_hook::low_level::exit(crate::exit::INTERRUPTED);
-            }
-        };
-        // SAFETY: the action is async-signal-safe: atomics, and `write`
-        // (Cancel::cancel), `kill` and `_exit`.
-        let _ = unsafe { signal_hook::low_level::register(signal, action) };
-    }
 }

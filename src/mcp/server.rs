@@ -168,6 +168,12 @@ impl Server {
         Server { serving: Arc::new(serving), calls, tool_router: Self::tool_router() }
     }
 
+    /// The plan of the project's task files, made on a blocking thread.
+    async fn plan(&self) -> Result<Result<crate::plan::Plan, Refused>, ErrorData> {
+        let serving = self.serving.clone();
+        tokio::task::spawn_blocking(move || serving.plan(None)).await.map_err(internal)
+    }
+
     /// Runs `selection` on a thread of its own (the scheduler has its own
     /// runtime), sending a progress notification for each task state
     /// change when the client asked for them; the client cancelling the
@@ -231,9 +237,7 @@ impl Server {
         annotations(read_only_hint = true)
     )]
     async fn list_tasks(&self) -> Result<CallToolResult, ErrorData> {
-        let serving = self.serving.clone();
-        let plan = tokio::task::spawn_blocking(move || serving.plan(None)).await.map_err(internal)?;
-        let plan = match plan {
+        let plan = match self.plan().await? {
             Ok(p) => p,
             Err(Refused(why)) => return Ok(refused(why)),
         };
@@ -340,9 +344,7 @@ impl Server {
         annotations(read_only_hint = true)
     )]
     async fn explain_task(&self, Parameters(args): Parameters<ExplainArgs>) -> Result<CallToolResult, ErrorData> {
-        let serving = self.serving.clone();
-        let plan = tokio::task::spawn_blocking(move || serving.plan(None)).await.map_err(internal)?;
-        let plan = match plan {
+        let plan = match self.plan().await? {
             Ok(p) => p,
             Err(Refused(why)) => return Ok(refused(why)),
         };
