@@ -141,6 +141,12 @@ pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
     }
     match (t.state, c.basis) {
         (State::UpToDate, _) => return vec!["unchanged since it was recorded".to_owned()],
+        (State::Replay, _) if c.remote => {
+            reasons.push(format!(
+                "the remote cache holds a run of these inputs{replays}, signed by a trusted key; it was fetched into the store and the change is replayed"
+            ));
+            return reasons;
+        }
         (State::Replay, Basis::OutputsChanged) => {
             reasons.push(format!(
                 "its inputs are as the recorded run left them{replays}; the stored change is written again"

@@ -75,7 +75,7 @@ pub enum Command {
     },
     /// List built-in and custom agents: installed?, version.
     Agents,
-    /// The store of recorded results (.cassist/store).
+    /// The store of recorded results (.cassist/store) and the remote cache.
     #[command(subcommand)]
     Cache(CacheCommand),
     /// Write a commented cassist.kdl and tasks/example.kdl.
@@ -157,8 +157,17 @@ pub enum CacheCommand {
         #[arg(long, default_value_t = 20)]
         keep: usize,
     },
-    /// Remove the whole store.
+    /// Remove the whole store (never the remote cache).
     Clean,
+    /// Upload every local entry to the remote cache (needs
+    /// CASSIST_CACHE_SIGNING_KEY).
+    Push,
+    /// Fetch the entries of the tasks in PATH that are not local from the
+    /// remote cache.
+    Pull(TaskArgs),
+    /// Print a new signing key pair for the remote cache: `public …` (for
+    /// `trusted-key`) and `secret …` (for CASSIST_CACHE_SIGNING_KEY).
+    Keygen,
 }
 
 /// `cassist run`.

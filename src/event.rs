@@ -142,6 +142,9 @@ pub struct TaskEnd {
     /// Not run because `--locked` refused it: it needs an agent. `skipped`
     /// in the report (SPEC 5's states), a failure in JUnit: the run fails.
     pub refused: bool,
+    /// A replay of an entry fetched from the remote cache: shown
+    /// `replayed (remote)` (the JSON state stays `replayed`).
+    pub remote: bool,
     /// The model the agent was told to use (`None`: the CLI's default);
     /// shown in the summary table (not a field of SPEC 5's report).
     pub model: Option<String>,
@@ -171,6 +174,7 @@ impl TaskEnd {
             kept_workspace: None,
             interrupted: false,
             refused: false,
+            remote: false,
             model: None,
         }
     }
@@ -193,7 +197,11 @@ impl TaskEnd {
     /// The state people read: `interrupted` for a task Ctrl-C stopped
     /// (`failed` in the report), else the state.
     pub fn shown_state(&self) -> &'static str {
-        if self.interrupted && self.report.state.is_failure() { "interrupted" } else { self.report.state.as_str() }
+        match self.report.state {
+            s if self.interrupted && s.is_failure() => "interrupted",
+            TaskState::Replayed if self.remote => "replayed (remote)",
+            s => s.as_str(),
+        }
     }
 }
 

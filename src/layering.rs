@@ -22,6 +22,10 @@ const NOT_FOR_REPORT: &[&str] = &["runner", "scheduler", "split"];
 const RUNS_THINGS: &[&str] = &["agent", "process", "sandbox", "workspace"];
 /// Layers that run nothing.
 const RUN_NOTHING: &[&str] = &["spec", "plan"];
+/// The network (the remote cache): only the command layer uses it, so no
+/// agent, task command, planner or runner reaches it (plan15 decision 1).
+const NETWORK: &str = "remote";
+const USES_NETWORK: &[&str] = &["cmd"];
 
 /// The first place an edge is seen.
 #[derive(Debug, Clone)]
@@ -383,7 +387,7 @@ fn violations(modules: &BTreeSet<String>, graph: &Graph) -> Vec<String> {
     let edge = |a: &str, b: &str| format!("    {a} -> {b}: {}", graph[a][b]);
     let steps = |p: &[(String, String)]| p.iter().map(|(a, b)| edge(a, b)).collect::<Vec<_>>().join("\n");
     let mut out = Vec::new();
-    for name in LEAVES.iter().chain(NOT_FOR_REPORT).chain(RUNS_THINGS).chain(RUN_NOTHING).chain(&["report"]) {
+    for name in LEAVES.iter().chain(NOT_FOR_REPORT).chain(RUNS_THINGS).chain(RUN_NOTHING).chain(&["report", NETWORK]) {
         if !modules.contains(*name) {
             out.push(format!("a rule names module `{name}`, which is gone: update src/layering.rs"));
         }
@@ -419,6 +423,15 @@ fn violations(modules: &BTreeSet<String>, graph: &Graph) -> Vec<String> {
     for to in NOT_FOR_REPORT {
         if graph.get("report").is_some_and(|e| e.contains_key(*to)) {
             out.push(format!("`report` imports `{to}` (it receives events and reports):\n{}", edge("report", to)));
+        }
+    }
+    for (from, edges) in graph {
+        if edges.contains_key(NETWORK) && !USES_NETWORK.contains(&from.as_str()) {
+            out.push(format!(
+                "`{from}` imports `{NETWORK}` (the remote cache is the command layer's: {}):\n{}",
+                USES_NETWORK.join(", "),
+                edge(from, NETWORK)
+            ));
         }
     }
     for from in RUN_NOTHING {
@@ -515,5 +528,18 @@ use crate::exit;
         assert_eq!(steps, [("plan".to_owned(), "spec".to_owned()), ("spec".to_owned(), "plan".to_owned())]);
         assert_eq!(graph["spec"]["plan"].to_string(), "src/spec/task.rs:1: crate::plan::context::build_glob");
         assert_eq!(graph["plan"]["spec"].line, 2);
+    }
+
+    #[test]
+    fn only_the_command_layer_reaches_the_network() {
+        let used = |file: &str| Use { file: file.to_owned(), line: 1, path: "crate::remote::Remote".to_owned() };
+        let mut graph = Graph::new();
+        graph.entry("runner".to_owned()).or_default().insert("remote".to_owned(), used("src/runner/x.rs"));
+        graph.entry("cmd".to_owned()).or_default().insert("remote".to_owned(), used("src/cmd/run.rs"));
+        let modules: BTreeSet<String> = ["runner", "cmd", "remote"].iter().map(|m| m.to_string()).collect();
+        let network: Vec<String> =
+            violations(&modules, &graph).into_iter().filter(|v| v.contains("imports `remote`")).collect();
+        assert_eq!(network.len(), 1, "{network:?}");
+        assert!(network[0].starts_with("`runner` imports `remote`"), "{network:?}");
     }
 }

@@ -20,6 +20,8 @@
 //!   journaled writes of the user's tree, and their recovery).
 //! - [`plan`]: context files resolved, the DAG ordered, inputs hashed. It
 //!   starts no process: agent versions are handed in by the command layer.
+//! - [`remote`]: the team cache (a remote store behind the local one,
+//!   signed entries); the command layer uses it, planning never does.
 //! - Running tasks: [`process`] (the spawner), [`sandbox`] (the namespace
 //!   wrapper), [`entry`] (one entry of a workspace read safely),
 //!   [`workspace`], [`agent`], [`review`], [`accept`], [`split`],
@@ -122,6 +124,7 @@ pub mod plan;
 pub mod process;
 pub mod project;
 pub mod prompt;
+pub mod remote;
 pub mod report;
 pub mod review;
 pub mod runner;

@@ -54,6 +54,13 @@ use nix::unistd::Pid;
 pub const REDACTED: &str = "[REDACTED]";
 
 /// Parts of a variable name that mark its value as a secret (case-insensitive).
+/// The credentials of the remote cache: cassist itself talks to the
+/// remote, no process it starts ever gets them, whatever `pass-env` says
+/// (an agent holding them could write entries everyone trusts, or read the
+/// team's cache).
+pub const NEVER_PASSED: &[&str] =
+    &["CASSIST_CACHE_SIGNING_KEY", "TURBO_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"];
+
 pub const SECRET_NAME_PARTS: [&str; 6] = ["KEY", "TOKEN", "SECRET", "PASSWORD", "AUTH", "CREDENTIAL"];
 
 /// Values shorter than this are not treated as secrets (`1`, `true`, `yes`
@@ -569,7 +576,7 @@ impl Command {
     {
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
         let mut c = Command::new(argv, cwd);
-        c.env = std::env::vars_os().collect();
+        c.env = std::env::vars_os().filter(|(k, _)| !k.to_str().is_some_and(|k| NEVER_PASSED.contains(&k))).collect();
         c.die_with_cassist = false;
         c
     }

@@ -341,8 +341,9 @@ impl Schedule<'_> {
             // that cannot be used is as if there were none (SPEC 4).
             let key = t.cached.entry.clone().unwrap_or_default();
             match runner.plan.store.usable_entry(&key) {
-                // `--locked` replays only what cassist.lock records.
-                Ok(Some(_)) if self.opts.locked && t.cached.basis == Basis::StoreEntry => {
+                // `--locked` replays only what cassist.lock records, or
+                // what a trusted key signed (the remote cache).
+                Ok(Some(_)) if self.opts.locked && t.cached.basis == Basis::StoreEntry && !t.cached.remote => {
                     t.state = State::Run;
                 }
                 Ok(Some(entry)) => return Start::Spawn(Box::new(move |runner, t| runner.replay_task(t, &entry))),

@@ -71,6 +71,12 @@ pub const ENTRY_FORMAT: u32 = 1;
 pub type Outputs = std::collections::BTreeMap<String, Option<String>>;
 
 impl Entry {
+    /// The objects it names: its changes' old and new contents and its
+    /// records (what `cache gc` keeps, what the remote cache carries).
+    pub fn objects(&self) -> std::collections::HashSet<String> {
+        objects_of(self)
+    }
+
     /// The paths the recorded change wrote or deleted (a rename's source
     /// too), sorted: the task's outputs.
     pub fn output_paths(&self) -> Vec<String> {
@@ -211,7 +217,8 @@ impl Store {
         self.object_path(hash).is_file()
     }
 
-    fn entry_path(&self, before: &str) -> PathBuf {
+    /// The file of the entry recorded for input hash `before`.
+    pub fn entry_path(&self, before: &str) -> PathBuf {
         self.dir.join("entries").join(format!("{before}.json"))
     }
 

@@ -97,6 +97,9 @@ pub fn environment(pass_env: &[String], extra: &[(String, OsString)]) -> Vec<(Os
     let mut env: Vec<(OsString, OsString)> = Vec::new();
     for (k, v) in std::env::vars_os() {
         let Some(key) = k.to_str() else { continue };
+        if crate::process::NEVER_PASSED.contains(&key) {
+            continue;
+        }
         if COMMON_ENV.contains(&key) || key.starts_with("LC_") || pass_env.iter().any(|p| p == key) {
             env.push((k, v));
         }

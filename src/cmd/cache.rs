@@ -1,4 +1,5 @@
-//! `cassist cache ls|gc|clean`: the store.
+//! `cassist cache ls|gc|clean`: the store; `cache push|pull|keygen`: the
+//! remote cache (`gc` and `clean` never touch it).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -21,7 +22,23 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
                 return Ok(());
             }
             let lock = crate::lock::Lock::load(&root).unwrap_or_default();
-            let mut table = Table::new(&["TASK", "HASH", "AGE", "SIZE", "IN LOCK", "SUMMARY"]);
+            // Which entries the remote also has (a column when there is a
+            // remote that answers).
+            let remote = open_remote(&root)?;
+            let on_remote = remote.as_ref().and_then(|r| {
+                let befores: Vec<String> = entries.iter().map(|(e, _, _)| e.before.clone()).collect();
+                let (have, warning) = r.has_entries(&befores);
+                if let Some(w) = warning {
+                    crate::errln!("warning: {w}");
+                }
+                have
+            });
+            let mut headers = vec!["TASK", "HASH", "AGE", "SIZE", "IN LOCK"];
+            if on_remote.is_some() {
+                headers.push("REMOTE");
+            }
+            headers.push("SUMMARY");
+            let mut table = Table::new(&headers);
             let now = std::time::SystemTime::now();
             for (e, size, when) in &entries {
                 let age = now.duration_since(*when).map_or("-".to_owned(), |d| human_age(d.as_secs()));
@@ -29,14 +46,18 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
                 // An agent's text: shown, never sent to the terminal.
                 let summary = crate::text::printable(e.summary.as_deref().unwrap_or(""));
                 let summary = crate::text::first_line(&summary, 50).into_owned();
-                table.row(vec![
+                let mut row = vec![
                     e.task.clone(),
                     e.before[..12].to_owned(),
                     age,
                     human_size(*size),
                     if locked { out.green("yes") } else { out.dim("no") },
-                    summary,
-                ]);
+                ];
+                if let Some(have) = &on_remote {
+                    row.push(if have.contains(&e.before) { out.green("yes") } else { out.dim("no") });
+                }
+                row.push(summary);
+                table.row(row);
             }
             crate::out!("{}", table.render(|h| out.dim(h)));
             crate::outln!(
@@ -78,7 +99,90 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
             crate::outln!("removed {}, freed {}", store.dir().display(), human_size(bytes));
             Ok(())
         }
+        CacheCommand::Keygen => {
+            let (public, secret) = crate::remote::sign::keygen().map_err(Error::Internal)?;
+            crate::outln!("public {public}");
+            crate::outln!("secret {secret}");
+            Ok(())
+        }
+        CacheCommand::Push => push(&root, &store, out),
+        CacheCommand::Pull(args) => pull(cwd, args, out),
     }
+}
+
+/// The remote of the project at `root` (its `cassist.kdl` and the
+/// environment).
+fn open_remote(root: &Path) -> Result<Option<crate::remote::Remote>> {
+    let mut diags = crate::spec::Diagnostics::default();
+    let project = crate::project::Project::load(root, &mut diags);
+    if diags.has_errors() {
+        return Err(Error::Invalid(diags.sorted()));
+    }
+    super::open_remote(&project.config)
+}
+
+/// How long `cache push` waits for its uploads.
+const PUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// `cache push`: every local entry the remote lacks goes up, signed.
+fn push(root: &Path, store: &Store, out: &Output) -> Result {
+    let remote = open_remote(root)?.ok_or_else(|| {
+        Error::Input("no remote cache: configure `cache { remote \"…\" }` in cassist.kdl, or set CASSIST_REMOTE".into())
+    })?;
+    if !remote.can_write() {
+        return Err(Error::Input(format!(
+            "pushing needs a signing key: set {} to the `secret` line of `cassist cache keygen`",
+            crate::remote::ENV_SIGNING_KEY
+        )));
+    }
+    let entries = store.list();
+    let befores: Vec<String> = entries.iter().map(|(e, _, _)| e.before.clone()).collect();
+    let (have, warning) = remote.has_entries(&befores);
+    if let Some(w) = warning {
+        return Err(Error::Internal(w));
+    }
+    let have = have.unwrap_or_default();
+    let mut skipped = 0;
+    for (e, _, _) in &entries {
+        if have.contains(&e.before) {
+            skipped += 1;
+        } else {
+            remote.spawn_upload(store, &e.task, &e.before);
+        }
+    }
+    let (sent, warnings) = remote.finish_uploads(PUSH_WAIT);
+    for w in &warnings {
+        crate::errln!("warning: {w}");
+    }
+    if !out.quiet {
+        crate::outln!(
+            "pushed {sent} entr{} to {}; {skipped} already there",
+            if sent == 1 { "y" } else { "ies" },
+            remote.url()
+        );
+    }
+    if sent + skipped < entries.len() { Err(Error::TaskFailed) } else { Ok(()) }
+}
+
+/// `cache pull [PATH...]`: the tasks in PATH whose state would be `run`
+/// are looked up remotely; what passes every check lands in the store.
+fn pull(cwd: &Path, args: &crate::cli::TaskArgs, out: &Output) -> Result {
+    let loaded = crate::plan::load(cwd, &super::load_options(args)).map_err(Error::Invalid)?;
+    let remote = super::open_remote(&loaded.project.config)?.ok_or_else(|| {
+        Error::Input("no remote cache: configure `cache { remote \"…\" }` in cassist.kdl, or set CASSIST_REMOTE".into())
+    })?;
+    let plan = super::plan_with_remote(cwd, args, loaded, Some(&remote))?;
+    out.print_diagnostics(&plan.warnings);
+    let pulled = plan.tasks.iter().filter(|t| t.cached.remote).count();
+    if !out.quiet {
+        crate::outln!(
+            "pulled {pulled} entr{} from {}; {} task(s) still to run",
+            if pulled == 1 { "y" } else { "ies" },
+            remote.url(),
+            plan.tasks.iter().filter(|t| t.state == crate::plan::State::Run).count()
+        );
+    }
+    Ok(())
 }
 
 fn human_size(bytes: u64) -> String {

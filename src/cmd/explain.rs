@@ -10,7 +10,7 @@ use crate::report::Output;
 use crate::report::table::Table;
 
 pub fn run(cwd: &Path, name: &str, args: &TaskArgs, json: bool, out: &Output) -> Result {
-    let plan = super::load_plan(cwd, args, out)?;
+    let plan = super::load_plan_remote(cwd, args, out)?;
     let task = plan.get(name).ok_or_else(|| Error::Invalid(vec![plan.unknown_task(name)]))?;
     if json {
         #[derive(serde::Serialize)]
@@ -26,7 +26,7 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, json: bool, out: &Output) ->
     }
     crate::outln!("{} {} ({})", out.bold("task"), task.task.name, task.task.source.name);
     crate::outln!("{} {}", out.bold("hash"), task.hash);
-    crate::outln!("{} {}", out.bold("state"), task.state.as_str());
+    crate::outln!("{} {}", out.bold("state"), task.shown_state());
     for reason in crate::cache::why(&plan, task) {
         crate::outln!("  {}", crate::text::printable(&reason));
     }

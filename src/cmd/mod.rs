@@ -127,6 +127,75 @@ fn load_plan(cwd: &Path, args: &TaskArgs, out: &Output) -> Result<Plan> {
     Ok(plan)
 }
 
+/// Loads and plans with the remote cache: the tasks in state `run` are
+/// looked up remotely ([`plan_with_remote`]); the warnings are printed.
+fn load_plan_remote(cwd: &Path, args: &TaskArgs, out: &Output) -> Result<Plan> {
+    let loaded = crate::plan::load(cwd, &load_options(args)).map_err(Error::Invalid)?;
+    let remote = open_remote(&loaded.project.config)?;
+    let plan = plan_with_remote(cwd, args, loaded, remote.as_ref())?;
+    out.print_diagnostics(&plan.warnings);
+    Ok(plan)
+}
+
+/// The project's remote cache, if one is configured and not turned off
+/// (`CASSIST_REMOTE=off`); a bad URL or key is invalid input.
+fn open_remote(config: &crate::spec::ProjectConfig) -> Result<Option<crate::remote::Remote>> {
+    crate::remote::Remote::open(config).map_err(|d| Error::Invalid(vec![d]))
+}
+
+/// Plans `loaded`; with a remote, the tasks in state `run` are looked up
+/// there (all at once, in parallel) and what is fetched lands in the local
+/// store, where planning finds it as any entry (a cache fill, like a Nix
+/// substituter: planning itself never reaches the network). A task
+/// fetched this way may change what its dependents hash to, so the plan
+/// is made again until a round fetches nothing. The tasks replayed from a
+/// fetched entry are marked `remote`. Warnings go with the plan's.
+fn plan_with_remote(
+    cwd: &Path,
+    args: &TaskArgs,
+    loaded: Loaded,
+    remote: Option<&crate::remote::Remote>,
+) -> Result<Plan> {
+    let mut plan = plan_loaded(loaded)?;
+    let Some(remote) = remote else { return Ok(plan) };
+    let mut asked: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut fetched: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut warnings = Vec::new();
+    loop {
+        let wanted: Vec<(String, String)> = plan
+            .tasks
+            .iter()
+            .filter(|t| t.state == crate::plan::State::Run)
+            .flat_map(|t| {
+                // Its inputs; and, when they are the lock's after-state
+                // (outputs edited, the store's entry gone), the entry the
+                // lock names.
+                let line = plan.lock.tasks.get(&t.task.name).filter(|l| l.after == t.hash);
+                std::iter::once(t.hash.clone()).chain(line.map(|l| l.before.clone())).map(|h| (t.task.name.clone(), h))
+            })
+            .filter(|(_, h)| asked.insert(h.clone()))
+            .collect();
+        if wanted.is_empty() {
+            break;
+        }
+        let fill = remote.fill(&plan.store, &wanted);
+        warnings.extend(fill.warnings);
+        if fill.fetched.is_empty() {
+            break;
+        }
+        fetched.extend(fill.fetched);
+        let loaded = crate::plan::load(cwd, &load_options(args)).map_err(Error::Invalid)?;
+        plan = plan_loaded(loaded)?;
+    }
+    plan.remote_entries = fetched;
+    let remote: Vec<bool> = plan.tasks.iter().map(|t| plan.from_remote(t)).collect();
+    for (t, remote) in plan.tasks.iter_mut().zip(remote) {
+        t.cached.remote = remote;
+    }
+    plan.warnings.extend(warnings.into_iter().map(|w| crate::spec::SpecDiagnostic::warning("remote-cache", w)));
+    Ok(plan)
+}
+
 /// Serializes a `--json` document for stdout.
 fn to_json(doc: &impl serde::Serialize) -> Result<String> {
     serde_json::to_string_pretty(doc).map_err(|e| Error::Internal(format!("cannot write JSON: {e}")))

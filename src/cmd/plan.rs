@@ -29,7 +29,7 @@ pub struct PlanTaskJson<'a> {
 }
 
 pub fn run(cwd: &Path, args: &TaskArgs, json: bool, out: &Output) -> Result {
-    let plan = super::load_plan(cwd, args, out)?;
+    let plan = super::load_plan_remote(cwd, args, out)?;
     if json {
         let doc = PlanJson {
             tasks: plan
@@ -53,9 +53,9 @@ pub fn run(cwd: &Path, args: &TaskArgs, json: bool, out: &Output) -> Result {
     let mut table = Table::new(&["#", "TASK", "STATE", "AGENT", "KIND", "SANDBOX", "HASH", "DEPENDS ON"]);
     for (i, t) in plan.tasks.iter().enumerate() {
         let state = match t.state {
-            crate::plan::State::UpToDate => out.green(t.state.as_str()),
-            crate::plan::State::Replay => out.yellow(t.state.as_str()),
-            crate::plan::State::Run => out.bold(t.state.as_str()),
+            crate::plan::State::UpToDate => out.green(t.shown_state()),
+            crate::plan::State::Replay => out.yellow(t.shown_state()),
+            crate::plan::State::Run => out.bold(t.shown_state()),
         };
         table.row(vec![
             (i + 1).to_string(),

@@ -23,14 +23,17 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     // One run at a time per project: a second waits, then plans on what
     // the first recorded (and runs nothing twice).
     let root = loaded.project.root.clone();
-    let _project_lock = crate::store::ProjectLock::acquire(&root, || {
+    let project_lock = crate::store::ProjectLock::acquire(&root, || {
         crate::errln!("waiting for another cassist run on this project to finish...")
     })
     .map_err(|e| Error::Internal(format!("cannot lock {}: {e}", crate::fsx::state_dir(&root).display())))?;
     // A run killed while this one waited for the lock may have left an
     // integration unfinished.
     super::recover(&root, true);
-    let plan = super::plan_loaded(loaded)?;
+    // The remote cache: looked up for the tasks to run (not with
+    // --no-cache), written with what passes (with a signing key).
+    let remote = super::open_remote(&loaded.project.config)?;
+    let plan = super::plan_with_remote(cwd, &args.tasks, loaded, remote.as_ref().filter(|_| !args.no_cache))?;
     out.print_diagnostics(&plan.warnings);
     // --filter: the named tasks and what they depend on; --shard: a slice.
     let selected: Vec<PlannedTask> = select(&plan, &args.filter)?.into_iter().cloned().collect();
@@ -60,7 +63,16 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     crate::plan::timing("prepare run");
     let started = std::time::Instant::now();
     let opts = scheduler::Options { jobs, keep_going: args.keep_going, locked: args.locked, no_cache: args.no_cache };
-    let outcome = scheduler::run(runner.clone(), selected.clone(), outside, &opts, &mut |r| reporter.finished(r));
+    let outcome = scheduler::run(runner.clone(), selected.clone(), outside, &opts, &mut |r| {
+        reporter.finished(r);
+        // Recorded in the store: its objects and signed entry go up in
+        // the background (decision 6), never holding up the run.
+        if let Some(remote) = &remote
+            && r.state() == crate::event::TaskState::Passed
+        {
+            remote.spawn_upload(&runner.plan.store, r.name(), &r.report.hash);
+        }
+    });
     reporter.finish();
     // Every change was flushed: no layer is in use.
     crate::workspace::remove_layers(&runner.workspaces);
@@ -72,8 +84,9 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
 
     crate::plan::timing("run tasks");
     let interrupted = cancel.is_cancelled() || interrupts.load(Ordering::SeqCst) > 0;
+    let mut moved = Vec::new();
     if touched && !interrupted && !args.locked {
-        update_after_states(plan, &selected, &reports, &outputs, &mut lock);
+        moved = update_after_states(plan, &selected, &reports, &outputs, &mut lock);
     }
     plan.save_caches();
     crate::plan::timing("final hashes");
@@ -86,6 +99,11 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
         write_report(path, xml.as_bytes());
     }
     report::github::print(&reports, &plan.project.root);
+    // The uploads are waited for, bounded, without the project lock.
+    drop(project_lock);
+    if let Some(remote) = &remote {
+        finish_uploads(remote, &plan.store, &moved);
+    }
     if !needs_agent.is_empty() {
         return Err(Error::Locked(needs_agent));
     }
@@ -205,14 +223,15 @@ impl Prepared {
 /// after-state (inputs and outputs) must describe, so an unchanged project
 /// is up-to-date next time. This is the only place an after-state moves;
 /// the caller never calls it with `--locked` (which never writes the lock)
-/// nor after an interrupted run.
+/// nor after an interrupted run. Returns the task and input hash of each
+/// entry whose after-state moved (the remote cache gets it again).
 pub fn update_after_states(
     plan: &Plan,
     selected: &[PlannedTask],
     reports: &[crate::event::TaskEnd],
     outputs: &HashMap<String, String>,
     lock: &mut crate::lock::Lock,
-) {
+) -> Vec<(String, String)> {
     let mut changed = Vec::new();
     for (planned, r) in selected.iter().zip(reports) {
         if !r.state().is_success() || !lock.tasks.contains_key(&planned.task.name) {
@@ -232,6 +251,27 @@ pub fn update_after_states(
     }
     if let Err(e) = crate::lock::Lock::update(&plan.project.root, &changed) {
         crate::errln!("warning: could not write cassist.lock: {e}");
+    }
+    changed.iter().filter_map(|l| Some((l.task.clone(), l.entry.as_ref()?.before.clone()))).collect()
+}
+
+/// How long the end of a run waits for its uploads to the remote cache.
+const UPLOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits for the uploads of the run, then sends again the entries whose
+/// after-state the end of the run moved (`moved`: task, input hash); what
+/// did not go up is a warning.
+fn finish_uploads(remote: &crate::remote::Remote, store: &crate::store::Store, moved: &[(String, String)]) {
+    let started = std::time::Instant::now();
+    let (_, mut warnings) = remote.finish_uploads(UPLOAD_WAIT);
+    if !moved.is_empty() {
+        for (task, before) in moved {
+            remote.spawn_upload(store, task, before);
+        }
+        warnings.extend(remote.finish_uploads(UPLOAD_WAIT.saturating_sub(started.elapsed())).1);
+    }
+    for w in warnings {
+        crate::errln!("warning: {w}");
     }
 }
 

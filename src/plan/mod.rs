@@ -134,6 +134,11 @@ pub struct Plan {
     /// Which paths each recorded patch wrote (saved by
     /// [`Plan::save_caches`]).
     pub output_index: std::sync::Mutex<state::OutputIndex>,
+    /// The store entries the command layer fetched from the remote cache
+    /// for this plan (by input hash): a task replaying one is
+    /// `replay (remote)`, and `--locked` replays it as it would a locked
+    /// one (a trusted key signed it).
+    pub remote_entries: std::collections::HashSet<String>,
 }
 
 impl Plan {
@@ -738,6 +743,7 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
         hashing,
         file_cache: std::sync::Mutex::new(cache),
         output_index: std::sync::Mutex::new(output_index),
+        remote_entries: Default::default(),
     })
 }
 
@@ -897,7 +903,13 @@ impl Plan {
             state::outputs_now(root, &mut cache, paths, &state::Overlay::default())
         });
         (t.state, t.cached) = (st, cached);
+        t.cached.remote = self.from_remote(t);
         Ok(())
+    }
+
+    /// Whether `t` replays an entry fetched from the remote cache.
+    pub fn from_remote(&self, t: &PlannedTask) -> bool {
+        t.state == State::Replay && t.cached.entry.as_ref().is_some_and(|e| self.remote_entries.contains(e))
     }
 
     /// The outputs of the change a lock line records, in the project as it
@@ -999,6 +1011,15 @@ impl PlannedTask {
         !self.read_only()
     }
 
+    /// Its state as `plan` and `explain` show it: `replay (remote)` for a
+    /// replay of an entry just fetched from the remote cache.
+    pub fn shown_state(&self) -> &'static str {
+        match self.state {
+            State::Replay if self.cached.remote => "replay (remote)",
+            s => s.as_str(),
+        }
+    }
+
     /// This task's end before anything happened: `skipped`, nothing done.
     pub fn end(&self) -> crate::event::TaskEnd {
         let location = crate::event::Location {
@@ -1007,6 +1028,7 @@ impl PlannedTask {
         };
         let mut end = crate::event::TaskEnd::new(&self.task.name, &self.hash, &self.agent, location);
         end.model = self.model.clone();
+        end.remote = self.cached.remote;
         end
     }
 

@@ -69,6 +69,9 @@ pub struct Cached {
     /// Hashed through the changes of replays predicted before it (not the
     /// tree as it is): `run` hashes it again when it starts.
     pub predicted: bool,
+    /// State `replay`: the entry was fetched from the remote cache (by the
+    /// command layer, into the store) for this plan: `replay (remote)`.
+    pub remote: bool,
 }
 
 /// The hash of a task's outputs: blake3 over the canonical JSON of the

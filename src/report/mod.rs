@@ -115,6 +115,7 @@ impl Output {
     pub fn end_state(&self, end: &crate::event::TaskEnd) -> String {
         match end.shown_state() {
             "interrupted" => self.yellow("interrupted"),
+            "replayed (remote)" => self.green("replayed (remote)"),
             _ => self.state(end.state()),
         }
     }

@@ -20,7 +20,7 @@ use crate::limits::Limits;
 pub const BUILTIN_AGENTS: &[&str] = &["claude", "codex", "droid", "gemini"];
 
 pub const CONFIG_NODES: &[&str] =
-    &["trust", "defaults", "limits", "setup", "test", "build", "prompt-template", "instructions", "agent"];
+    &["trust", "defaults", "cache", "limits", "setup", "test", "build", "prompt-template", "instructions", "agent"];
 const DEFAULTS_NODES: &[&str] = &["agent", "model", "timeout", "max-iterations", "max-cost"];
 const LIMITS_NODES: &[&str] = &["file-size", "change-size", "transcript"];
 const AGENT_NODES: &[&str] = &["command", "pass-env", "try"];
@@ -79,6 +79,8 @@ pub struct ProjectConfig {
     pub source: Option<Arc<SourceFile>>,
     pub trust: Option<Trust>,
     pub defaults: Defaults,
+    /// `cache { remote …; trusted-key … }`.
+    pub cache: super::remote::CacheConfig,
     /// `limits { … }`, defaults filled in.
     pub limits: Limits,
     pub setup: Vec<String>,
@@ -153,7 +155,8 @@ fn read_config(r: &mut Reader<'_>, doc: &KdlDocument, config: &mut ProjectConfig
     let mut test_nodes: Vec<&KdlNode> = Vec::new();
     for node in doc.nodes() {
         let name = Reader::name(node);
-        if matches!(name, "trust" | "defaults" | "limits" | "prompt-template" | "instructions") && !once.first(r, node)
+        if matches!(name, "trust" | "defaults" | "cache" | "limits" | "prompt-template" | "instructions")
+            && !once.first(r, node)
         {
             continue;
         }
@@ -175,6 +178,7 @@ fn read_config(r: &mut Reader<'_>, doc: &KdlDocument, config: &mut ProjectConfig
                 }
             }
             "defaults" => read_defaults(r, node, &mut config.defaults),
+            "cache" => super::remote::read_cache(r, node, &mut config.cache),
             "limits" => read_limits(r, node, &mut config.limits),
             "setup" => config.setup.extend(commands(r, node, "setup \"npm ci\"")),
             "build" => config.build.extend(commands(r, node, "build \"cargo build\"")),

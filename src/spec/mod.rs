@@ -6,6 +6,7 @@ pub mod config;
 pub mod diag;
 pub mod duration;
 pub mod reader;
+pub mod remote;
 pub mod task;
 pub mod types;
 

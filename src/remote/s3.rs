@@ -1,0 +1,85 @@
+//! An S3-compatible bucket through Apache OpenDAL (its `services-s3`):
+//! `s3://bucket/prefix`, credentials from the usual `AWS_*` variables
+//! (nothing is read from `~/.aws`).
+
+use opendal::layers::HttpClientLayer;
+use opendal::raw::HttpClient;
+use opendal::{ErrorKind, Operator};
+
+use super::Fault;
+
+pub struct S3 {
+    op: Operator,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+impl S3 {
+    pub fn new(
+        bucket: &str,
+        prefix: &str,
+        endpoint: Option<&str>,
+        region: Option<&str>,
+        client: reqwest::Client,
+    ) -> Result<S3, String> {
+        let mut b = opendal::services::S3::default()
+            .bucket(bucket)
+            .root(&format!("/{prefix}"))
+            // The variables below only: no ~/.aws, no instance metadata
+            // probing that would stall a laptop off the cloud.
+            .disable_config_load()
+            .region(&region.map(str::to_owned).or_else(|| env("AWS_REGION")).unwrap_or_else(|| "us-east-1".into()));
+        if let Some(e) = endpoint.map(str::to_owned).or_else(|| env("AWS_ENDPOINT_URL")) {
+            b = b.endpoint(&e);
+        }
+        match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+            (Some(id), Some(secret)) => {
+                b = b.access_key_id(&id).secret_access_key(&secret);
+                if let Some(t) = env("AWS_SESSION_TOKEN") {
+                    b = b.session_token(&t);
+                }
+            }
+            _ => b = b.skip_signature(),
+        }
+        let op =
+            Operator::new(b).map_err(|e| e.to_string())?.layer(HttpClientLayer::new(HttpClient::with(client))).finish();
+        Ok(S3 { op })
+    }
+
+    pub async fn get(&self, name: &str) -> Result<Option<Vec<u8>>, Fault> {
+        match self.op.read(name).await {
+            Ok(buf) => Ok(Some(buf.to_vec())),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(fault(e)),
+        }
+    }
+
+    pub async fn has(&self, name: &str) -> Result<bool, Fault> {
+        match self.op.stat(name).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(fault(e)),
+        }
+    }
+
+    pub async fn put(&self, name: &str, bytes: Vec<u8>) -> Result<(), Fault> {
+        self.op.write(name, bytes).await.map(|_| ()).map_err(fault)
+    }
+}
+
+/// Any error but "not found" says the remote cannot serve us: refused
+/// credentials, a server that is down or answers garbage.
+fn fault(e: opendal::Error) -> Fault {
+    let why = match e.kind() {
+        ErrorKind::PermissionDenied => "access denied: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY".to_owned(),
+        _ => {
+            // OpenDAL's message carries the whole request context; its
+            // first line is what people need.
+            let text = e.to_string();
+            text.lines().next().unwrap_or_default().chars().take(200).collect()
+        }
+    };
+    Fault::Down(why)
+}
