@@ -157,7 +157,10 @@ fn plan_with_remote(
     remote: Option<&crate::remote::Remote>,
 ) -> Result<Plan> {
     let mut plan = plan_loaded(loaded)?;
-    let Some(remote) = remote else { return Ok(plan) };
+    let Some(remote) = remote else {
+        mark_fetched(&mut plan, Default::default());
+        return Ok(plan);
+    };
     let mut asked: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut fetched: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut warnings = Vec::new();
@@ -187,13 +190,27 @@ fn plan_with_remote(
         let loaded = crate::plan::load(cwd, &load_options(args)).map_err(Error::Invalid)?;
         plan = plan_loaded(loaded)?;
     }
+    mark_fetched(&mut plan, fetched);
+    plan.warnings.extend(warnings.into_iter().map(|w| crate::spec::SpecDiagnostic::warning("remote-cache", w)));
+    Ok(plan)
+}
+
+/// Marks the tasks that replay an entry fetched from the remote cache, now
+/// (`fetched`) or earlier (the store says so).
+fn mark_fetched(plan: &mut Plan, mut fetched: std::collections::HashSet<String>) {
+    for t in &plan.tasks {
+        if let Some(e) = &t.cached.entry
+            && t.state == crate::plan::State::Replay
+            && crate::remote::was_fetched(&plan.store, e)
+        {
+            fetched.insert(e.clone());
+        }
+    }
     plan.remote_entries = fetched;
     let remote: Vec<bool> = plan.tasks.iter().map(|t| plan.from_remote(t)).collect();
     for (t, remote) in plan.tasks.iter_mut().zip(remote) {
         t.cached.remote = remote;
     }
-    plan.warnings.extend(warnings.into_iter().map(|w| crate::spec::SpecDiagnostic::warning("remote-cache", w)));
-    Ok(plan)
 }
 
 /// Serializes a `--json` document for stdout.

@@ -34,8 +34,11 @@ use crate::store::{ENTRY_FORMAT, Entry, Store};
 
 /// Connecting to the remote.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// One request, answer included.
+/// One lookup (a read), answer included.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// One upload (a write): in the background, so it may take longer (an S3
+/// server may allocate storage on a first write).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(20);
 /// All the lookups of one command.
 const LOOKUP_BUDGET: Duration = Duration::from_secs(5);
 /// Lookups at once.
@@ -64,7 +67,7 @@ enum Backend {
 
 impl Backend {
     async fn get(&self, name: &str) -> Result<Option<Vec<u8>>, Fault> {
-        bounded(async {
+        bounded(REQUEST_TIMEOUT, async {
             match self {
                 Backend::S3(b) => b.get(name).await,
                 Backend::Turbo(b) => b.get(name).await,
@@ -74,7 +77,7 @@ impl Backend {
     }
 
     async fn has(&self, name: &str) -> Result<bool, Fault> {
-        bounded(async {
+        bounded(REQUEST_TIMEOUT, async {
             match self {
                 Backend::S3(b) => b.has(name).await,
                 Backend::Turbo(b) => b.has(name).await,
@@ -84,7 +87,7 @@ impl Backend {
     }
 
     async fn put(&self, name: &str, bytes: Vec<u8>) -> Result<(), Fault> {
-        bounded(async {
+        bounded(WRITE_TIMEOUT, async {
             match self {
                 Backend::S3(b) => b.put(name, bytes).await,
                 Backend::Turbo(b) => b.put(name, bytes).await,
@@ -94,13 +97,27 @@ impl Backend {
     }
 }
 
-/// A request within [`REQUEST_TIMEOUT`] (the HTTP client has its own
-/// bounds too; this one holds whatever a backend does).
-async fn bounded<T>(f: impl Future<Output = Result<T, Fault>>) -> Result<T, Fault> {
-    match tokio::time::timeout(REQUEST_TIMEOUT, f).await {
+/// A request within `limit`, whatever the backend does (the HTTP client
+/// bounds connecting).
+async fn bounded<T>(limit: Duration, f: impl Future<Output = Result<T, Fault>>) -> Result<T, Fault> {
+    match tokio::time::timeout(limit, f).await {
         Ok(r) => r,
-        Err(_) => Err(Fault::Down(format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()))),
+        Err(_) => Err(Fault::Down(format!("no answer within {} s", limit.as_secs()))),
     }
+}
+
+/// The mark of an entry fetched from the remote (its signature verified
+/// then): `.cassist/store/remote/<before>`, holding the signer's key. A
+/// task replaying it is `replay (remote)`, and `--locked` replays it as it
+/// would a locked one, whether the remote is reachable now or not (`cache
+/// pull`, then `run --locked`).
+fn fetched_mark(store: &Store, before: &str) -> std::path::PathBuf {
+    store.dir().join("remote").join(before)
+}
+
+/// Whether the store entry of `before` was fetched from the remote cache.
+pub fn was_fetched(store: &Store, before: &str) -> bool {
+    fetched_mark(store, before).is_file()
 }
 
 fn object_name(hash: &str) -> String {
@@ -236,7 +253,6 @@ impl Remote {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT)
             .pool_max_idle_per_host(PARALLEL_LOOKUPS)
             .build()
             .map_err(|e| internal(e.to_string()))?;
@@ -466,7 +482,7 @@ impl Remote {
 /// when it is not used, `Err(None)` when the remote became unavailable.
 async fn fetch(inner: &Inner, store: &Store, before: &str) -> Result<bool, Option<String>> {
     let Some(envelope) = inner.seen(inner.backend.get(&entry_name(before)).await)? else { return Ok(false) };
-    let bytes = sign::open(&envelope, before, &inner.trusted)?;
+    let (bytes, signer) = sign::open(&envelope, before, &inner.trusted)?;
     let entry: Entry = serde_json::from_slice(&bytes).map_err(|e| format!("truncated or unreadable entry ({e})"))?;
     if entry.format != ENTRY_FORMAT {
         return Err(Some(format!("entry format {} is not one this cassist reads", entry.format)));
@@ -495,6 +511,8 @@ async fn fetch(inner: &Inner, store: &Store, before: &str) -> Result<bool, Optio
         store.put_object(bytes).map_err(|e| format!("cannot write the local store: {e}"))?;
     }
     store.put_entry(&entry).map_err(|e| format!("cannot write the local store: {e}"))?;
+    crate::fsx::write_atomic(&fetched_mark(store, before), signer.as_bytes())
+        .map_err(|e| format!("cannot write the local store: {e}"))?;
     Ok(true)
 }
 

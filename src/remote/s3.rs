@@ -75,10 +75,23 @@ fn fault(e: opendal::Error) -> Fault {
     let why = match e.kind() {
         ErrorKind::PermissionDenied => "access denied: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY".to_owned(),
         _ => {
-            // OpenDAL's message carries the whole request context; its
-            // first line is what people need.
-            let text = e.to_string();
-            text.lines().next().unwrap_or_default().chars().take(200).collect()
+            // OpenDAL's message carries the request context and the
+            // cause: one line of it.
+            let mut text = format!("{e}");
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                text.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            let text: Vec<char> = text.split_whitespace().collect::<Vec<_>>().join(" ").chars().collect();
+            match text.len() {
+                n if n > 500 => format!(
+                    "{} … {}",
+                    text[..150].iter().collect::<String>(),
+                    text[n - 300..].iter().collect::<String>()
+                ),
+                _ => text.into_iter().collect(),
+            }
         }
     };
     Fault::Down(why)

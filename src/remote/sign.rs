@@ -73,10 +73,10 @@ pub fn seal(key: &SigningKey, before: &str, entry: &[u8]) -> Vec<u8> {
     serde_json::to_vec(&env).expect("an envelope serializes")
 }
 
-/// The entry bytes of an envelope fetched under `before`, if it reads, is
-/// signed by one of `trusted` and its signature verifies; else why not, in
-/// the words of the warning.
-pub fn open(envelope: &[u8], before: &str, trusted: &[VerifyingKey]) -> Result<Vec<u8>, String> {
+/// The entry bytes of an envelope fetched under `before`, and its signer's
+/// key (text), if it reads, is signed by one of `trusted` and its
+/// signature verifies; else why not, in the words of the warning.
+pub fn open(envelope: &[u8], before: &str, trusted: &[VerifyingKey]) -> Result<(Vec<u8>, String), String> {
     let env: Envelope = serde_json::from_slice(envelope).map_err(|e| format!("truncated or unreadable entry ({e})"))?;
     if env.format != ENVELOPE_FORMAT {
         return Err(format!("entry envelope format {} is not one this cassist reads", env.format));
@@ -92,7 +92,7 @@ pub fn open(envelope: &[u8], before: &str, trusted: &[VerifyingKey]) -> Result<V
         .and_then(|s| Signature::from_slice(&s).ok())
         .ok_or_else(|| "bad signature (unreadable)".to_owned())?;
     key.verify_strict(&message(before, &entry), &sig).map_err(|_| "bad signature".to_owned())?;
-    Ok(entry)
+    Ok((entry, env.key))
 }
 
 #[cfg(test)]
@@ -113,7 +113,7 @@ mod tests {
         let k = secret_from_text(&secret).unwrap();
         assert_eq!(public_text(&k.verifying_key()), public);
         let env = seal(&k, "abc", b"{\"x\":1}");
-        assert_eq!(open(&env, "abc", &[k.verifying_key()]).unwrap(), b"{\"x\":1}");
+        assert_eq!(open(&env, "abc", &[k.verifying_key()]).unwrap(), (b"{\"x\":1}".to_vec(), public));
         assert_ne!(keygen().unwrap().1, secret, "two keys are two keys");
     }
 
