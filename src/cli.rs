@@ -76,7 +76,15 @@ pub enum Command {
     /// List built-in and custom agents: installed?, version.
     Agents,
     /// The store of recorded results (.cassist/store) and the remote cache.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "The remote cache: `cache { remote \"s3://bucket/prefix\" endpoint=… region=…; trusted-key \"cassist-ed25519:…\" }` \
+                      in cassist.kdl (or `remote \"turbo+https://host\" team=…`). CASSIST_REMOTE overrides the URL \
+                      (`off`: none). CASSIST_CACHE_SIGNING_KEY (the `secret` line of `cache keygen`) signs what \
+                      is uploaded; without it the remote is read-only. S3 credentials come from AWS_ACCESS_KEY_ID, \
+                      AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL; a Turborepo server's \
+                      token from TURBO_TOKEN."
+    )]
     Cache(CacheCommand),
     /// Write a commented cassist.kdl and tasks/example.kdl.
     Init,
