@@ -20,6 +20,7 @@ mod fuzz;
 mod hash;
 mod mcp;
 mod parallel;
+mod remote;
 mod review;
 mod run;
 mod sandbox;
