@@ -265,13 +265,39 @@ impl Store {
         (entry.format == ENTRY_FORMAT && entry.patch == patch).then(|| output_paths(&entry.changes))
     }
 
-    /// Records an entry (its objects must be stored already).
+    /// Records an entry (its objects must be stored already). An entry
+    /// written here is no longer the one fetched from the remote cache.
     pub fn put_entry(&self, entry: &Entry) -> std::io::Result<()> {
         // Compact: `run` reads the entry of every up-to-date task, and two
         // thirds of it are input keys it skips; indentation was a third of
         // the bytes to skip.
         let json = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
+        self.unmark_fetched(&entry.before);
         write_atomic(&self.entry_path(&entry.before), &json)
+    }
+
+    /// The mark of an entry fetched from the remote cache (its signature
+    /// verified then): `remote/<before>`, holding the signer's key.
+    fn fetched_mark(&self, before: &str) -> PathBuf {
+        self.dir.join("remote").join(before)
+    }
+
+    /// Records `entry` as fetched from the remote cache, signed by
+    /// `signer` (objects first, the entry, then the mark). Any later write
+    /// of the entry drops the mark.
+    pub fn put_fetched_entry(&self, entry: &Entry, signer: &str) -> std::io::Result<()> {
+        self.put_entry(entry)?;
+        write_atomic(&self.fetched_mark(&entry.before), signer.as_bytes())
+    }
+
+    /// Whether the entry of `before` is as it was fetched from the remote
+    /// cache.
+    pub fn was_fetched(&self, before: &str) -> bool {
+        self.fetched_mark(before).is_file()
+    }
+
+    fn unmark_fetched(&self, before: &str) {
+        let _ = std::fs::remove_file(self.fetched_mark(before));
     }
 
     /// Removes the entry recorded for input hash `before` (its objects
@@ -368,6 +394,7 @@ impl Store {
                 let path = self.entry_path(&e.before);
                 let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
                 std::fs::remove_file(path)?;
+                self.unmark_fetched(&e.before);
                 freed += bytes;
                 removed += 1;
             }
@@ -595,6 +622,23 @@ mod tests {
         assert_eq!(removed, 1, "b goes: not kept, not the newest");
         assert!(freed > 0);
         assert!(store.get_entry("a").is_some() && store.get_entry("c").is_some() && store.get_entry("b").is_none());
+    }
+
+    #[test]
+    fn the_mark_of_a_fetched_entry_goes_with_any_later_write_or_gc() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        let h = store.put_object(b"fetched").unwrap();
+        store.put_fetched_entry(&entry("a", &h), "cassist-ed25519:k").unwrap();
+        store.put_fetched_entry(&entry("b", &h), "cassist-ed25519:k").unwrap();
+        assert!(store.was_fetched("a") && store.was_fetched("b") && !store.was_fetched("c"));
+        // Written again here (a local run of the same inputs, a moved
+        // after-state): no longer what was fetched.
+        store.put_entry(&entry("a", &h)).unwrap();
+        assert!(!store.was_fetched("a"));
+        // Collected: the mark goes with it.
+        store.gc(&Default::default(), 0).unwrap();
+        assert!(!store.was_fetched("b") && store.get_entry("b").is_none());
     }
 
     #[test]

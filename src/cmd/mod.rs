@@ -201,7 +201,7 @@ fn mark_fetched(plan: &mut Plan, mut fetched: std::collections::HashSet<String>)
     for t in &plan.tasks {
         if let Some(e) = &t.cached.entry
             && t.state == crate::plan::State::Replay
-            && crate::remote::was_fetched(&plan.store, e)
+            && plan.store.was_fetched(e)
         {
             fetched.insert(e.clone());
         }

@@ -102,7 +102,9 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     // The uploads are waited for, bounded, without the project lock.
     drop(project_lock);
     if let Some(remote) = &remote {
-        finish_uploads(remote, &plan.store, &moved);
+        // Interrupted: a short wait only, what is left goes with `cache push`.
+        let wait = if interrupted { std::time::Duration::from_secs(2) } else { UPLOAD_WAIT };
+        finish_uploads(remote, &plan.store, &moved, wait);
     }
     if !needs_agent.is_empty() {
         return Err(Error::Locked(needs_agent));
@@ -258,17 +260,22 @@ pub fn update_after_states(
 /// How long the end of a run waits for its uploads to the remote cache.
 const UPLOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Waits for the uploads of the run, then sends again the entries whose
+/// Waits for the uploads of the run (at most `wait` in all), then sends again the entries whose
 /// after-state the end of the run moved (`moved`: task, input hash); what
 /// did not go up is a warning.
-fn finish_uploads(remote: &crate::remote::Remote, store: &crate::store::Store, moved: &[(String, String)]) {
+fn finish_uploads(
+    remote: &crate::remote::Remote,
+    store: &crate::store::Store,
+    moved: &[(String, String)],
+    wait: std::time::Duration,
+) {
     let started = std::time::Instant::now();
-    let (_, mut warnings) = remote.finish_uploads(UPLOAD_WAIT);
+    let (_, mut warnings) = remote.finish_uploads(wait);
     if !moved.is_empty() {
         for (task, before) in moved {
             remote.spawn_upload(store, task, before);
         }
-        warnings.extend(remote.finish_uploads(UPLOAD_WAIT.saturating_sub(started.elapsed())).1);
+        warnings.extend(remote.finish_uploads(wait.saturating_sub(started.elapsed())).1);
     }
     for w in warnings {
         crate::errln!("warning: {w}");

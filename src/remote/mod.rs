@@ -106,20 +106,6 @@ async fn bounded<T>(limit: Duration, f: impl Future<Output = Result<T, Fault>>) 
     }
 }
 
-/// The mark of an entry fetched from the remote (its signature verified
-/// then): `.cassist/store/remote/<before>`, holding the signer's key. A
-/// task replaying it is `replay (remote)`, and `--locked` replays it as it
-/// would a locked one, whether the remote is reachable now or not (`cache
-/// pull`, then `run --locked`).
-fn fetched_mark(store: &Store, before: &str) -> std::path::PathBuf {
-    store.dir().join("remote").join(before)
-}
-
-/// Whether the store entry of `before` was fetched from the remote cache.
-pub fn was_fetched(store: &Store, before: &str) -> bool {
-    fetched_mark(store, before).is_file()
-}
-
 fn object_name(hash: &str) -> String {
     format!("objects/{hash}")
 }
@@ -510,9 +496,7 @@ async fn fetch(inner: &Inner, store: &Store, before: &str) -> Result<bool, Optio
     for bytes in objects.values() {
         store.put_object(bytes).map_err(|e| format!("cannot write the local store: {e}"))?;
     }
-    store.put_entry(&entry).map_err(|e| format!("cannot write the local store: {e}"))?;
-    crate::fsx::write_atomic(&fetched_mark(store, before), signer.as_bytes())
-        .map_err(|e| format!("cannot write the local store: {e}"))?;
+    store.put_fetched_entry(&entry, &signer).map_err(|e| format!("cannot write the local store: {e}"))?;
     Ok(true)
 }
 

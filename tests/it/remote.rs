@@ -152,14 +152,28 @@ fn outputs(p: &Project) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Machine A runs every task with the signing key and `env`: three agent
-/// calls, uploaded.
-fn machine_a_runs_and_pushes(a: &Project, env: &[(&str, String)]) -> Output {
-    let out = a.run(&[]).envs(env).exec();
+/// A team whose machine A ran every task and pushed.
+struct Pushed {
+    team: Team,
+    /// The `cache` block of the team's machines.
+    cache: String,
+    a: Project,
+}
+
+/// Machine A of a new team (`remote`: the `remote` line; `server_env`:
+/// the server's credentials) runs every task with the signing key: three
+/// agent calls, uploaded.
+fn machine_a_runs_and_pushes(remote: &str, server_env: &[(&'static str, String)]) -> Pushed {
+    let team = Team::new();
+    let cache = team.trusting(remote);
+    let a = team.machine(&cache, TASKS);
+    let mut env = server_env.to_vec();
+    env.push(team.signing());
+    let out = a.run(&[]).envs(&env).exec();
     assert_eq!(out.code(), 0, "{}", out.transcript());
-    assert_eq!(calls(a), strings(&["one", "three", "two"]));
+    assert_eq!(calls(&a), strings(&["one", "three", "two"]));
     assert!(!out.stderr.contains("not uploaded"), "{}", out.transcript());
-    out
+    Pushed { team, cache, a }
 }
 
 /// Machine B (a fresh clone, empty store) replays every task from the
@@ -203,12 +217,7 @@ fn machine_b_replays_everything(team: &Team, a: &Project, cache: &str, env: &[(&
 #[test]
 fn s3_machine_b_replays_what_machine_a_pushed_with_no_agent_call() {
     let Some(s3) = S3Server::start() else { return };
-    let team = Team::new();
-    let cache = team.trusting(&s3.remote_kdl("team"));
-    let a = team.machine(&cache, TASKS);
-    let mut env = s3.env();
-    env.push(team.signing());
-    machine_a_runs_and_pushes(&a, &env);
+    let Pushed { team, cache, a } = machine_a_runs_and_pushes(&s3.remote_kdl("team"), &s3.env());
     let entries = s3.keys("team/entries/");
     assert_eq!(entries.len(), 3, "{entries:?}");
     assert!(!s3.keys("team/objects/").is_empty());
@@ -218,12 +227,7 @@ fn s3_machine_b_replays_what_machine_a_pushed_with_no_agent_call() {
 #[test]
 fn turbo_machine_b_replays_what_machine_a_pushed_with_no_agent_call() {
     let Some(turbo) = TurboServer::start() else { return };
-    let team = Team::new();
-    let cache = team.trusting(&turbo.remote_kdl());
-    let a = team.machine(&cache, TASKS);
-    let mut env = turbo.env();
-    env.push(team.signing());
-    machine_a_runs_and_pushes(&a, &env);
+    let Pushed { team, cache, a } = machine_a_runs_and_pushes(&turbo.remote_kdl(), &turbo.env());
     let ids = turbo.ids();
     assert_eq!(ids.iter().filter(|i| i.starts_with("cassist-entries-")).count(), 3, "{ids:?}");
     machine_b_replays_everything(&team, &a, &cache, &turbo.env());
@@ -255,12 +259,7 @@ fn entry_in(envelope: &serde_json::Value) -> serde_json::Value {
 #[test]
 fn tampered_resigned_truncated_and_unknown_key_entries_are_never_used() {
     let Some(turbo) = TurboServer::start() else { return };
-    let team = Team::new();
-    let cache = team.trusting(&turbo.remote_kdl());
-    let a = team.machine(&cache, TASKS);
-    let mut env = turbo.env();
-    env.push(team.signing());
-    machine_a_runs_and_pushes(&a, &env);
+    let Pushed { team, cache, a } = machine_a_runs_and_pushes(&turbo.remote_kdl(), &turbo.env());
 
     // `one`: an object replaced by other bytes (its name stays).
     let (_, one) = envelope_of(&turbo, &a, "one");
