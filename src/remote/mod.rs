@@ -36,9 +36,10 @@ use crate::store::{ENTRY_FORMAT, Entry, Store};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// One lookup (a read), answer included.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
-/// One upload (a write): in the background, so it may take longer (an S3
-/// server may allocate storage on a first write).
-const WRITE_TIMEOUT: Duration = Duration::from_secs(20);
+/// One transfer of an object or an upload: its size is not bounded, and an
+/// S3 server may allocate storage on a first write. Lookups are done by
+/// then (the remote answered), and uploads run in the background.
+const TRANSFER_TIMEOUT: Duration = Duration::from_secs(20);
 /// All the lookups of one command.
 const LOOKUP_BUDGET: Duration = Duration::from_secs(5);
 /// Lookups at once.
@@ -66,8 +67,8 @@ enum Backend {
 }
 
 impl Backend {
-    async fn get(&self, name: &str) -> Result<Option<Vec<u8>>, Fault> {
-        bounded(REQUEST_TIMEOUT, async {
+    async fn get(&self, name: &str, limit: Duration) -> Result<Option<Vec<u8>>, Fault> {
+        bounded(limit, async {
             match self {
                 Backend::S3(b) => b.get(name).await,
                 Backend::Turbo(b) => b.get(name).await,
@@ -87,7 +88,7 @@ impl Backend {
     }
 
     async fn put(&self, name: &str, bytes: Vec<u8>) -> Result<(), Fault> {
-        bounded(WRITE_TIMEOUT, async {
+        bounded(TRANSFER_TIMEOUT, async {
             match self {
                 Backend::S3(b) => b.put(name, bytes).await,
                 Backend::Turbo(b) => b.put(name, bytes).await,
@@ -319,23 +320,26 @@ impl Remote {
         if wanted.is_empty() || self.is_down() {
             return fill;
         }
+        // The lookups, all under the command's budget; then the objects of
+        // the entries found and verified, each transfer bounded.
         let budget = self.budget();
         let slots = Arc::new(Semaphore::new(PARALLEL_LOOKUPS));
-        let mut results: Vec<(String, String, Result<bool, Option<String>>)> = Vec::new();
+        type Found = Result<Option<(Entry, String)>, Option<String>>;
+        let mut found: Vec<(String, String, Found)> = Vec::new();
         let finished = self.rt().block_on(async {
             let mut set = JoinSet::new();
             for (task, key) in wanted.iter().cloned() {
-                let (inner, store, slots) = (self.inner.clone(), store.clone(), slots.clone());
+                let (inner, slots) = (self.inner.clone(), slots.clone());
                 set.spawn(async move {
                     let _slot = slots.acquire_owned().await;
-                    let r = if inner.is_down() { Err(None) } else { fetch(&inner, &store, &key).await };
+                    let r = if inner.is_down() { Err(None) } else { look_up(&inner, &key).await };
                     (task, key, r)
                 });
             }
             tokio::time::timeout(budget, async {
                 while let Some(r) = set.join_next().await {
                     if let Ok(r) = r {
-                        results.push(r);
+                        found.push(r);
                     }
                 }
             })
@@ -345,11 +349,37 @@ impl Remote {
         if !finished {
             self.inner.mark_down(format!("lookups took longer than {} s", LOOKUP_BUDGET.as_secs()));
         }
+        let mut results: Vec<(String, String, Result<(), Option<String>>)> = Vec::new();
+        let mut verified = Vec::new();
+        for (task, key, r) in found {
+            match r {
+                Ok(Some(entry)) => verified.push((task, key, entry)),
+                Ok(None) => {}
+                Err(why) => results.push((task, key, Err(why))),
+            }
+        }
+        self.rt().block_on(async {
+            let mut set = JoinSet::new();
+            for (task, key, (entry, signer)) in verified {
+                let (inner, store, slots) = (self.inner.clone(), store.clone(), slots.clone());
+                set.spawn(async move {
+                    let _slot = slots.acquire_owned().await;
+                    let r =
+                        if inner.is_down() { Err(None) } else { fetch_objects(&inner, &store, entry, &signer).await };
+                    (task, key, r)
+                });
+            }
+            while let Some(r) = set.join_next().await {
+                if let Ok(r) = r {
+                    results.push(r);
+                }
+            }
+        });
         results.sort_by(|a, b| a.0.cmp(&b.0));
         for (task, key, r) in results {
             match r {
-                Ok(true) => fill.fetched.push(key),
-                Ok(false) | Err(None) => {}
+                Ok(()) => fill.fetched.push(key),
+                Err(None) => {}
                 Err(Some(why)) => {
                     fill.warnings.push(format!("the remote cache entry of task `{task}` is not used: {why}"))
                 }
@@ -463,11 +493,14 @@ impl Remote {
     }
 }
 
-/// Fetches the entry of `before` into the local store: `Ok(true)` when it
-/// was written, `Ok(false)` when the remote has none, `Err(Some(why))`
-/// when it is not used, `Err(None)` when the remote became unavailable.
-async fn fetch(inner: &Inner, store: &Store, before: &str) -> Result<bool, Option<String>> {
-    let Some(envelope) = inner.seen(inner.backend.get(&entry_name(before)).await)? else { return Ok(false) };
+/// The entry the remote holds for `before`, and its signer, if it passes
+/// every check of its envelope: `Ok(None)` when there is none,
+/// `Err(Some(why))` when it is not used, `Err(None)` when the remote
+/// became unavailable.
+async fn look_up(inner: &Inner, before: &str) -> Result<Option<(Entry, String)>, Option<String>> {
+    let Some(envelope) = inner.seen(inner.backend.get(&entry_name(before), REQUEST_TIMEOUT).await)? else {
+        return Ok(None);
+    };
     let (bytes, signer) = sign::open(&envelope, before, &inner.trusted)?;
     let entry: Entry = serde_json::from_slice(&bytes).map_err(|e| format!("truncated or unreadable entry ({e})"))?;
     if entry.format != ENTRY_FORMAT {
@@ -476,7 +509,13 @@ async fn fetch(inner: &Inner, store: &Store, before: &str) -> Result<bool, Optio
     if entry.before != before {
         return Err(Some(format!("it is the entry of input hash {}, not {before}", entry.before)));
     }
-    // Every object first, checked; written only once all are.
+    Ok(Some((entry, signer)))
+}
+
+/// Fetches the objects of a verified `entry` the local store lacks, checks
+/// each against its name, then writes them and the entry (marked fetched)
+/// into the store; nothing is written unless all are whole.
+async fn fetch_objects(inner: &Inner, store: &Store, entry: Entry, signer: &str) -> Result<(), Option<String>> {
     let mut objects: HashMap<String, Vec<u8>> = HashMap::new();
     let mut names: Vec<String> = entry.objects().into_iter().collect();
     names.sort();
@@ -484,7 +523,7 @@ async fn fetch(inner: &Inner, store: &Store, before: &str) -> Result<bool, Optio
         if store.get_object(&h).is_ok() {
             continue;
         }
-        let Some(bytes) = inner.seen(inner.backend.get(&object_name(&h)).await)? else {
+        let Some(bytes) = inner.seen(inner.backend.get(&object_name(&h), TRANSFER_TIMEOUT).await)? else {
             return Err(Some(format!("object {h} is missing on the remote")));
         };
         let got = blake3::hash(&bytes).to_hex().to_string();
@@ -496,8 +535,8 @@ async fn fetch(inner: &Inner, store: &Store, before: &str) -> Result<bool, Optio
     for bytes in objects.values() {
         store.put_object(bytes).map_err(|e| format!("cannot write the local store: {e}"))?;
     }
-    store.put_fetched_entry(&entry, &signer).map_err(|e| format!("cannot write the local store: {e}"))?;
-    Ok(true)
+    store.put_fetched_entry(&entry, signer).map_err(|e| format!("cannot write the local store: {e}"))?;
+    Ok(())
 }
 
 /// Uploads one recorded entry: missing objects, then the signed entry.
