@@ -1169,14 +1169,21 @@ pub fn remove_kept(parent: &Path, root: &Path) -> (usize, u64) {
 }
 
 /// Removes a folder tree, including the kernel's unreadable overlay work
-/// folders.
+/// folders (mode 000, nested in a volatile overlay's: `work/incompat/
+/// volatile`).
 pub fn remove_tree(path: &Path) {
     if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
         return;
     }
-    for entry in walkdir::WalkDir::new(path).into_iter().flatten() {
-        if entry.file_type().is_dir() {
-            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700));
+    // Each folder is opened up before it is read (a walker reads a
+    // folder before it yields it); no link is followed.
+    let mut dirs = vec![path.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(e.path());
+            }
         }
     }
     let _ = std::fs::remove_dir_all(path);

@@ -127,15 +127,41 @@ fn state_views(state: &super::StateViews) -> Result<()> {
 }
 
 /// Mounts the overlay at `target`.
+///
+/// `volatile` (Linux 5.10+): the overlay never syncs its upper
+/// filesystem. Without it, the end of every sandboxed command (the
+/// unmount, when its namespace goes) runs a `syncfs` of the whole
+/// filesystem the layers live on — whatever else is dirty on it too —
+/// and the command waits for it. Nothing is lost: a layer is a
+/// throw-away scratch area that cassist reads after the command ended
+/// (from the page cache, like any file), and what cassist keeps of it
+/// (store objects, integrated files, the journal) it writes and syncs
+/// itself. A `fsync` inside the sandbox becomes a no-op, as the layer
+/// does not outlive the workspace.
 fn mount_overlay(target: &Path, lowers: &[PathBuf], upper: &Path, work: &Path) -> Result<()> {
+    // A volatile overlay leaves `work/incompat/volatile` in its work
+    // folder, and the kernel refuses to mount over it again (the layer
+    // may have lost writes in a crash). The same layer is mounted again
+    // by the next command of the same workspace, and nothing crashed in
+    // between that its files depend on: the kernel's own scratch folder
+    // goes, as the kernel would clean it anyway.
+    let scratch = work.join("work");
+    if scratch.join("incompat").symlink_metadata().is_ok() {
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
     let lowerdir: Vec<String> = lowers.iter().map(|l| l.display().to_string()).collect();
     let base = format!("lowerdir={},upperdir={},workdir={}", lowerdir.join(":"), upper.display(), work.display());
     // `userxattr` keeps overlay metadata in user.* xattrs, which an
-    // unprivileged mount may write; older kernels lack the option.
-    let with_user = format!("{base},userxattr");
-    mount(Some("overlay"), target, Some("overlay"), MsFlags::empty(), Some(with_user.as_str()))
-        .or_else(|_| mount(Some("overlay"), target, Some("overlay"), MsFlags::empty(), Some(base.as_str())))
-        .map_err(|e| format!("cannot mount the overlay workspace: {e}"))
+    // unprivileged mount may write; older kernels lack it and `volatile`.
+    let options = [format!("{base},userxattr,volatile"), format!("{base},userxattr"), base];
+    let mut last = None;
+    for o in &options {
+        match mount(Some("overlay"), target, Some("overlay"), MsFlags::empty(), Some(o.as_str())) {
+            Ok(()) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(format!("cannot mount the overlay workspace: {}", last.map_or_else(String::new, |e| e.to_string())))
 }
 
 /// `path` (a folder or a file) bind-mounted read-only over itself, with

@@ -1525,3 +1525,51 @@ fn bench_workspace_setup() {
         );
     }
 }
+
+/// Each command's overlay is mounted `volatile` where the kernel has it
+/// (5.10+): the end of a command then does not `syncfs` the whole file
+/// system the layers live on (whatever else is dirty on it too). A
+/// volatile layer's work folder is refused by the kernel as the mount left
+/// it, yet the next command of the same layer mounts it again, and what
+/// both wrote is the change.
+#[test]
+fn overlay_layers_are_volatile_and_mount_again() {
+    if overlay_available() {
+        volatile_layers_mount_again();
+    }
+}
+
+/// The same as an unprivileged user, for whom the kernel's mode 000 work
+/// folder left by the last mount is no open door.
+#[test]
+fn overlay_layers_mount_again_unprivileged() {
+    if rerun_unprivileged("overlay_layers_mount_again_unprivileged") && overlay_available() {
+        volatile_layers_mount_again();
+    }
+}
+
+fn volatile_layers_mount_again() {
+    let f = fixture(true);
+    let mut ws = workspace(&f, Mode::Overlay);
+    let dir = ws.dir.display().to_string();
+    let mounts = run_ok(&ws, "cat /proc/self/mountinfo; echo one > one.txt");
+    let overlay = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(dir.as_str()) && l.contains(" - overlay "))
+        .unwrap_or_else(|| panic!("no overlay at {dir} in:\n{mounts}"));
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let version: Vec<u32> = release.split(['.', '-']).take(2).filter_map(|n| n.trim().parse().ok()).collect();
+    if version >= vec![5, 10] {
+        // Shown as `fsync=volatile` by newer kernels.
+        let volatile = overlay.split([' ', ',']).any(|o| o == "volatile" || o == "fsync=volatile");
+        assert!(volatile, "not volatile: {overlay}");
+    }
+    run_ok(&ws, "echo two > two.txt");
+    run_ok(&ws, "echo three >> one.txt");
+    let cs = ws.changes().unwrap();
+    let mut paths: Vec<&str> = cs.changes.iter().map(|c| c.path.as_str()).collect();
+    paths.sort();
+    assert_eq!(paths, ["one.txt", "two.txt"], "{}", describe(&cs));
+    let one = cs.changes.iter().find(|c| c.path == "one.txt").unwrap();
+    assert_eq!(one.new.as_deref(), Some(&b"one\nthree\n"[..]));
+}
