@@ -206,6 +206,9 @@ pub fn main_entry() -> i32 {
         // clap prints its own message; no output flag was read.
         Err(e) => (report::Output::new(cli::ColorChoice::Auto, false, 0), Err(e.into())),
     };
+    // Workspaces still being removed in the background go before cassist
+    // does.
+    workspace::finish_removals();
     match result {
         Ok(()) if STDOUT_FAILED.load(std::sync::atomic::Ordering::SeqCst) => exit::TASK_FAILED,
         Ok(()) => exit::SUCCESS,

@@ -893,11 +893,81 @@ impl Workspace {
     }
 }
 
+impl Workspace {
+    /// Drops the workspace, its folder removed on a background thread
+    /// ([`finish_removals`] waits for it) rather than now: removing a
+    /// workspace's dozen folders costs a disk round trip each where the
+    /// file system discards freed blocks at once (ext4 `-o discard`),
+    /// milliseconds the task's recording and integration need not wait
+    /// for. A kept workspace stays.
+    pub fn remove_in_background(mut self) {
+        if self.keep {
+            return;
+        }
+        // Drop leaves it to the background.
+        self.keep = true;
+        remove_later(self.base.clone());
+    }
+}
+
 impl Drop for Workspace {
     fn drop(&mut self) {
         if !self.keep {
             remove_tree(&self.base);
         }
+    }
+}
+
+/// The thread that removes workspaces in the background, and what to send
+/// it.
+type Remover = (std::sync::mpsc::Sender<PathBuf>, std::thread::JoinHandle<()>);
+static REMOVER: std::sync::Mutex<Option<Remover>> = std::sync::Mutex::new(None);
+
+/// Removes the workspace folder `base` on the background thread (started
+/// if need be); its `owner.pid` goes last, so a cassist killed meanwhile
+/// leaves a folder [`remove_stale`] recognizes.
+fn remove_later(base: PathBuf) {
+    let remove = |base: &Path| {
+        for e in std::fs::read_dir(base).into_iter().flatten().flatten() {
+            if e.file_name() != OWNER {
+                match e.file_type() {
+                    Ok(t) if t.is_dir() => remove_tree(&e.path()),
+                    _ => {
+                        let _ = std::fs::remove_file(e.path());
+                    }
+                }
+            }
+        }
+        remove_tree(base);
+    };
+    let mut remover = REMOVER.lock().unwrap_or_else(|e| e.into_inner());
+    if remover.is_none() {
+        let (tx, rx) = std::sync::mpsc::channel::<PathBuf>();
+        let spawned = std::thread::Builder::new().name("cassist-remove".into()).spawn(move || {
+            for base in rx {
+                remove(&base);
+            }
+        });
+        if let Ok(handle) = spawned {
+            *remover = Some((tx, handle));
+        }
+    }
+    let unsent = match remover.as_ref() {
+        Some((tx, _)) => tx.send(base).err().map(|e| e.0),
+        None => Some(base),
+    };
+    if let Some(base) = unsent {
+        remove(&base);
+    }
+}
+
+/// Waits until every workspace given to [`Workspace::remove_in_background`]
+/// is removed (before cassist exits).
+pub fn finish_removals() {
+    let remover = REMOVER.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some((tx, handle)) = remover {
+        drop(tx);
+        let _ = handle.join();
     }
 }
 

@@ -159,6 +159,9 @@ impl Ending {
         end.transcript = facts.transcript;
         match outcome {
             Ok(done) => {
+                if let Some(ws) = workspace {
+                    ws.remove_in_background();
+                }
                 end.report.state = done.state;
                 end.report.reason = facts.nothing_integrated;
                 TaskResult {
@@ -177,13 +180,14 @@ impl Ending {
                 end.report.reason = Some(if f.interrupted { failure::INTERRUPTED.to_owned() } else { f.reason });
                 end.tail = f.tail;
                 end.interrupted = f.interrupted;
-                if let Some(mut ws) = workspace
-                    && (keep_workspace || f.keep_workspace)
-                    && !f.interrupted
-                {
-                    // Without its tree (it could not be written), the
-                    // workspace's own folder.
-                    end.kept_workspace = Some(ws.keep().unwrap_or_else(|_| ws.base().to_path_buf()));
+                if let Some(mut ws) = workspace {
+                    if (keep_workspace || f.keep_workspace) && !f.interrupted {
+                        // Without its tree (it could not be written), the
+                        // workspace's own folder.
+                        end.kept_workspace = Some(ws.keep().unwrap_or_else(|_| ws.base().to_path_buf()));
+                    } else {
+                        ws.remove_in_background();
+                    }
                 }
                 TaskResult::new(end)
             }
