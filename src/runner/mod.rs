@@ -323,7 +323,11 @@ impl Runner {
             report.summary = Some(truncate_chars(s, SUMMARY_LIMIT));
         }
         if let Ok(json) = serde_json::to_vec_pretty(report) {
-            let _ = crate::fsx::write_atomic(&record.join("report.json"), &json);
+            // A record for the user, like the prompt and transcript beside
+            // it: replaced at once (never seen half written), but not
+            // flushed to disk, which would hold the task's end up for a
+            // disk round trip; nothing cassist decides depends on it.
+            let _ = crate::fsx::write_cache(&record.join("report.json"), &json);
         }
         result
     }
