@@ -157,6 +157,18 @@ impl Stamp {
         }
     }
 
+    /// [`Stamp::of`] from a raw `stat` (an `fstatat`).
+    pub fn of_stat(st: &nix::sys::stat::FileStat) -> Stamp {
+        let ns = |s: i64, ns: i64| s as i128 * 1_000_000_000 + ns as i128;
+        Stamp {
+            size: st.st_size as u64,
+            mtime_ns: ns(st.st_mtime, st.st_mtime_nsec),
+            ctime_ns: ns(st.st_ctime, st.st_ctime_nsec),
+            ino: st.st_ino,
+            mode: st.st_mode,
+        }
+    }
+
     /// The same size, mtime and inode: the content may be taken as
     /// unchanged (what a hash cache keys on).
     pub fn same_content(&self, other: &Stamp) -> bool {

@@ -33,6 +33,9 @@ pub struct Resolver {
     /// thousand `packages/*/src/*.ts` patterns compile `*.ts` once (a
     /// glob's regex costs more to build than to match a folder's files).
     matchers: HashMap<String, Option<Arc<globset::GlobMatcher>>>,
+    /// The last folder [`stamp`](Self::stamp) opened (relative), and its
+    /// `O_PATH` descriptor.
+    dir_fd: Option<(String, std::os::fd::OwnedFd)>,
 }
 
 impl Resolver {
@@ -43,6 +46,7 @@ impl Resolver {
             listings: HashMap::new(),
             dir_inside: HashMap::new(),
             matchers: HashMap::new(),
+            dir_fd: None,
         }
     }
 
@@ -154,8 +158,26 @@ impl Resolver {
         best.map(|(_, p)| p.to_owned())
     }
 
-    fn stamp(&self, rel: &str) -> Option<Stamp> {
-        std::fs::symlink_metadata(self.root.join(rel)).ok().map(|m| Stamp::of(&m))
+    /// The stamp of `rel` (a file a listing found), from an `lstat`
+    /// relative to its folder, opened once for the folder's files in a
+    /// row: the kernel looks up one name per file instead of every folder
+    /// of the path from `/` (which was most of what resolving a
+    /// monorepo's thousand globs cost).
+    fn stamp(&mut self, rel: &str) -> Option<Stamp> {
+        use nix::fcntl::OFlag;
+        let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        if self.dir_fd.as_ref().is_none_or(|(d, _)| d != dir) {
+            let path = if dir.is_empty() { self.root.clone() } else { self.root.join(dir) };
+            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+            let fd = nix::fcntl::open(&path, flags, nix::sys::stat::Mode::empty()).ok();
+            self.dir_fd = fd.map(|fd| (dir.to_owned(), fd));
+        }
+        match &self.dir_fd {
+            Some((_, fd)) => nix::sys::stat::fstatat(fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+                .ok()
+                .map(|st| Stamp::of_stat(&st)),
+            None => std::fs::symlink_metadata(self.root.join(rel)).ok().map(|m| Stamp::of(&m)),
+        }
     }
 
     /// A single named file: its folder must be inside the root; a symlink
