@@ -323,19 +323,21 @@ impl Server {
         };
         let Some(end) = ran.ends.first() else { return Ok(refused("the sub-agent did not run")) };
         let o = outcome(end);
-        let text = match (&o.summary, end.state().is_success()) {
-            (Some(s), true) => s.clone(),
-            (None, true) => "(the sub-agent gave no summary)".to_owned(),
-            (_, false) => format!("sub-agent {}: {}", o.state, o.reason.unwrap_or("no reason given")),
+        // The summary alone is the result (what a coordinator reads); how
+        // the task ended is in `_meta`.
+        let mut meta = serde_json::Map::new();
+        meta.insert("cassist/task".into(), json!(o.name));
+        meta.insert("cassist/state".into(), json!(o.state));
+        let result = match (&o.summary, end.state().is_success()) {
+            (Some(s), true) => CallToolResult::success(vec![ContentBlock::text(s.clone())]),
+            (None, true) => CallToolResult::success(vec![ContentBlock::text("(the sub-agent gave no summary)")]),
+            (_, false) => CallToolResult::error(vec![ContentBlock::text(format!(
+                "sub-agent {}: {}",
+                o.state,
+                o.reason.unwrap_or("no reason given")
+            ))]),
         };
-        let structured = serde_json::to_value(&o).map_err(internal)?;
-        let mut result = if end.state().is_success() {
-            CallToolResult::success(vec![ContentBlock::text(text)])
-        } else {
-            CallToolResult::error(vec![ContentBlock::text(text)])
-        };
-        result.structured_content = Some(structured);
-        Ok(result)
+        Ok(result.with_meta(Some(rmcp::model::MetaObject(meta))))
     }
 
     /// Why a task is in its state.

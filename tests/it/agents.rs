@@ -33,6 +33,8 @@ use crate::support::{
     sh_agent_block, snapshot, strings, write,
 };
 
+mod coordinator;
+
 // ---------------------------------------------------------------------------
 // The CLIs
 
@@ -85,6 +87,11 @@ struct Req {
 impl Server {
     /// Starts `api` (`anthropic`, `openai` or `gemini`) with `script`.
     fn start(api: &str, script: &Value) -> Server {
+        Server::start_with(api, script, &[])
+    }
+
+    /// [`Server::start`] with more arguments (`--dump DIR`, say).
+    fn start_with(api: &str, script: &Value, args: &[&std::ffi::OsStr]) -> Server {
         let dir = tempfile::Builder::new().prefix("cassist-model-server-").tempdir().unwrap();
         std::fs::write(dir.path().join("script.json"), serde_json::to_vec_pretty(script).unwrap()).unwrap();
         let stdout = std::fs::File::create(dir.path().join("stdout")).unwrap();
@@ -95,6 +102,7 @@ impl Server {
             .arg("--log")
             .arg(dir.path().join("log"))
             .args(["--max-seconds", "300"])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)

@@ -96,7 +96,7 @@ fn a_second_identical_dispatch_is_served_from_the_cache() {
     // Cut at 1000 characters (not bytes), with an ellipsis.
     assert_eq!(summary.chars().count(), 1000, "{summary}");
     assert!(summary.starts_with("found: éé") && summary.ends_with('…'), "{summary}");
-    assert_eq!(first["result"]["structuredContent"]["state"], "passed", "{first:#}");
+    assert_eq!(first["result"]["_meta"]["cassist/state"], "passed", "{first:#}");
     assert_eq!(calls(&p), 1);
     // One notification per state change, for the token asked.
     let progress = m.progress(7);
@@ -106,7 +106,7 @@ fn a_second_identical_dispatch_is_served_from_the_cache() {
 
     let second = m.call("dispatch_subagent", args.clone(), Some(8));
     assert_eq!(second["result"]["content"][0]["text"].as_str(), Some(summary.as_str()), "{second:#}");
-    assert_eq!(second["result"]["structuredContent"]["state"], "replayed", "{second:#}");
+    assert_eq!(second["result"]["_meta"]["cassist/state"], "replayed", "{second:#}");
     assert_eq!(calls(&p), 1, "the second dispatch called the agent");
 
     // Another question is another task.
