@@ -265,6 +265,12 @@ fn bad_requests_get_errors_and_the_server_goes_on() {
     let why =
         tool_error(&m.call("run_tasks", json!({"tasks": [{"name": "a b", "goal": "G.", "kind": "explore"}]}), None));
     assert!(why.contains("a b"), "{why}");
+    assert!(tool_error(&m.call("run_tasks", json!({"names": ["t"], "max_cost": -1}), None)).contains("`max_cost`"));
+    // A call's budget: none left, no agent starts.
+    let capped = m.call("run_tasks", json!({"tasks": [{"goal": "G.", "kind": "explore"}], "max_cost": 0}), None);
+    let t = &ok(&capped)["tasks"][0];
+    assert_eq!(t["state"], "skipped", "{t}");
+    assert!(t["reason"].as_str().is_some_and(|r| r.contains("max-cost $0.00 reached")), "{t}");
     assert_eq!(calls(&p), 0, "an agent ran for a refused call");
 
     // The server still answers.
@@ -272,6 +278,21 @@ fn bad_requests_get_errors_and_the_server_goes_on() {
     assert!(ping.get("result").is_some(), "{ping}");
     let ran = m.call("run_tasks", json!({"names": ["t"]}), None);
     assert_eq!(ok(&ran)["tasks"][0]["state"], "passed", "{ran:#}");
+    assert!(m.close(Duration::from_secs(10)).success());
+}
+
+#[test]
+fn concurrent_calls_wait_for_each_other_on_the_project_lock() {
+    let p = counting_project("\"ok\"", |t| t.git());
+    let mut m = mcp(&p, &[]);
+    let ids: Vec<u64> = (0..3)
+        .map(|i| m.call_start("dispatch_subagent", json!({"agent_type": "explore", "task": format!("Q{i}")}), None))
+        .collect();
+    for id in ids {
+        let answer = m.answer(id);
+        assert_eq!(answer["result"]["_meta"]["cassist/state"], "passed", "{answer:#}");
+    }
+    assert_eq!(calls(&p), 3);
     assert!(m.close(Duration::from_secs(10)).success());
 }
 

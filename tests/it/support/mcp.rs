@@ -113,6 +113,10 @@ impl Mcp {
     /// The answer to request `id` (a result or an error).
     #[track_caller]
     pub fn answer(&mut self, id: u64) -> Value {
+        // It may have come while another answer was awaited.
+        if let Some(v) = self.seen.iter().find(|v| v["id"] == id && v.get("method").is_none()) {
+            return v.clone();
+        }
         self.until(&format!("answer to request {id}"), |v| v["id"] == id && v.get("method").is_none())
     }
 
