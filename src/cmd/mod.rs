@@ -132,14 +132,14 @@ fn load_plan(cwd: &Path, args: &TaskArgs, out: &Output) -> Result<Plan> {
 fn load_plan_remote(cwd: &Path, args: &TaskArgs, out: &Output) -> Result<Plan> {
     let loaded = crate::plan::load(cwd, &load_options(args)).map_err(Error::Invalid)?;
     let remote = open_remote(&loaded.project.config)?;
-    let plan = plan_with_remote(cwd, args, loaded, remote.as_ref())?;
+    let plan = plan_with_remote(cwd, &load_options(args), loaded, remote.as_ref())?;
     out.print_diagnostics(&plan.warnings);
     Ok(plan)
 }
 
 /// The project's remote cache, if one is configured and not turned off
 /// (`CASSIST_REMOTE=off`); a bad URL or key is invalid input.
-fn open_remote(config: &crate::spec::ProjectConfig) -> Result<Option<crate::remote::Remote>> {
+pub fn open_remote(config: &crate::spec::ProjectConfig) -> Result<Option<crate::remote::Remote>> {
     crate::remote::Remote::open(config).map_err(|d| Error::Invalid(vec![d]))
 }
 
@@ -150,9 +150,9 @@ fn open_remote(config: &crate::spec::ProjectConfig) -> Result<Option<crate::remo
 /// fetched this way may change what its dependents hash to, so the plan
 /// is made again until a round fetches nothing. The tasks replayed from a
 /// fetched entry are marked `remote`. Warnings go with the plan's.
-fn plan_with_remote(
+pub fn plan_with_remote(
     cwd: &Path,
-    args: &TaskArgs,
+    opts: &LoadOptions,
     loaded: Loaded,
     remote: Option<&crate::remote::Remote>,
 ) -> Result<Plan> {
@@ -187,7 +187,7 @@ fn plan_with_remote(
             break;
         }
         fetched.extend(fill.fetched);
-        let loaded = crate::plan::load(cwd, &load_options(args)).map_err(Error::Invalid)?;
+        let loaded = crate::plan::load(cwd, opts).map_err(Error::Invalid)?;
         plan = plan_loaded(loaded)?;
     }
     mark_fetched(&mut plan, fetched);

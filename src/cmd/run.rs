@@ -33,7 +33,12 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     // The remote cache: looked up for the tasks to run (not with
     // --no-cache), written with what passes (with a signing key).
     let remote = super::open_remote(&loaded.project.config)?;
-    let plan = super::plan_with_remote(cwd, &args.tasks, loaded, remote.as_ref().filter(|_| !args.no_cache))?;
+    let plan = super::plan_with_remote(
+        cwd,
+        &super::load_options(&args.tasks),
+        loaded,
+        remote.as_ref().filter(|_| !args.no_cache),
+    )?;
     out.print_diagnostics(&plan.warnings);
     // --filter: the named tasks and what they depend on; --shard: a slice.
     let selected: Vec<PlannedTask> = select(&plan, &args.filter)?.into_iter().cloned().collect();
@@ -258,12 +263,12 @@ pub fn update_after_states(
 }
 
 /// How long the end of a run waits for its uploads to the remote cache.
-const UPLOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+pub const UPLOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Waits for the uploads of the run (at most `wait` in all), then sends again the entries whose
 /// after-state the end of the run moved (`moved`: task, input hash); what
 /// did not go up is a warning.
-fn finish_uploads(
+pub fn finish_uploads(
     remote: &crate::remote::Remote,
     store: &crate::store::Store,
     moved: &[(String, String)],

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::cmd::Error;
-use crate::cmd::run::{Settings, prepare, select, update_after_states};
+use crate::cmd::run::{Settings, UPLOAD_WAIT, finish_uploads, prepare, select, update_after_states};
 use crate::event::TaskEnd;
 use crate::plan::{INLINE_SOURCE, LoadOptions, Plan, PlannedTask};
 use crate::process::Cancel;
@@ -58,11 +58,20 @@ pub fn diagnostic(d: &SpecDiagnostic) -> String {
 }
 
 impl Serving {
-    /// The plan of the project's task files and `inline`.
-    pub fn plan(&self, inline: Option<Arc<SourceFile>>) -> Result<Plan, Refused> {
-        let opts = LoadOptions { inline: inline.into_iter().collect(), tasks_optional: true, ..self.options.clone() };
+    /// The plan of the project's task files.
+    /// With the project's remote cache, as `cassist plan` does (the tasks
+    /// to run are looked up there, and what is found fills the store).
+    pub fn plan(&self) -> Result<Plan, Refused> {
+        let opts = self.options(None);
         let loaded = crate::plan::load(&self.cwd, &opts).map_err(|d| Refused(diagnostics(&d)))?;
-        Ok(crate::cmd::plan_loaded(loaded)?)
+        let remote = crate::cmd::open_remote(&loaded.project.config)?;
+        Ok(crate::cmd::plan_with_remote(&self.cwd, &opts, loaded, remote.as_ref())?)
+    }
+
+    /// The load options of a call: the server's, with the call's inline
+    /// tasks; no `tasks/` folder is as no task file.
+    fn options(&self, inline: Option<Arc<SourceFile>>) -> LoadOptions {
+        LoadOptions { inline: inline.into_iter().collect(), tasks_optional: true, ..self.options.clone() }
     }
 }
 
@@ -100,7 +109,7 @@ impl Serving {
         };
         // Read and checked first: invalid input ends here, with nothing
         // written.
-        let opts = LoadOptions { inline: inline.into_iter().collect(), tasks_optional: true, ..self.options.clone() };
+        let opts = self.options(inline);
         let loaded = crate::plan::load(&self.cwd, &opts).map_err(|d| Refused(diagnostics(&d)))?;
         let root = loaded.project.root.clone();
         let _lock = crate::store::ProjectLock::acquire(&root, || {
@@ -108,7 +117,10 @@ impl Serving {
         })
         .map_err(|e| Refused(format!("cannot lock {}: {e}", crate::fsx::state_dir(&root).display())))?;
         crate::cmd::recover(&root, true);
-        let plan = crate::cmd::plan_loaded(loaded)?;
+        // The remote cache as in `run`: looked up for the tasks to run,
+        // written with what passes (with a signing key).
+        let remote = crate::cmd::open_remote(&loaded.project.config)?;
+        let plan = crate::cmd::plan_with_remote(&self.cwd, &opts, loaded, remote.as_ref())?;
         let warnings = plan.warnings.iter().map(diagnostic).collect();
         let selected: Vec<PlannedTask> = match &call.selection {
             Selection::Named(names) => select(&plan, names)?.into_iter().cloned().collect(),
@@ -126,14 +138,28 @@ impl Serving {
         let runner = prepare(plan, &settings)?.runner(call.cancel.clone(), call.events);
         let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
         let opts = crate::scheduler::Options { jobs, keep_going: false, locked: false, no_cache: false };
-        let outcome = crate::scheduler::run(runner.clone(), selected.clone(), HashMap::new(), &opts, finished);
+        let outcome = crate::scheduler::run(runner.clone(), selected.clone(), HashMap::new(), &opts, &mut |end| {
+            finished(end);
+            if let Some(remote) = &remote
+                && end.state() == crate::event::TaskState::Passed
+            {
+                remote.spawn_upload(&runner.plan.store, end.name(), &end.report.hash);
+            }
+        });
         // Every change was flushed: no layer is in use.
         crate::workspace::remove_layers(&runner.workspaces);
         let crate::scheduler::Outcome { reports, outputs, mut lock, touched, .. } = outcome;
+        let mut moved = Vec::new();
         if touched && !call.cancel.is_cancelled() {
-            update_after_states(&runner.plan, &selected, &reports, &outputs, &mut lock);
+            moved = update_after_states(&runner.plan, &selected, &reports, &outputs, &mut lock);
         }
         runner.plan.save_caches();
+        if let Some(remote) = &remote {
+            // A cancelled call waits for its uploads briefly, as an
+            // interrupted run does.
+            let wait = if call.cancel.is_cancelled() { std::time::Duration::from_secs(2) } else { UPLOAD_WAIT };
+            finish_uploads(remote, &runner.plan.store, &moved, wait);
+        }
         Ok(Ran { ends: reports, warnings })
     }
 }

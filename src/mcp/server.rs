@@ -171,7 +171,7 @@ impl Server {
     /// The plan of the project's task files, made on a blocking thread.
     async fn plan(&self) -> Result<Result<crate::plan::Plan, Refused>, ErrorData> {
         let serving = self.serving.clone();
-        tokio::task::spawn_blocking(move || serving.plan(None)).await.map_err(internal)
+        tokio::task::spawn_blocking(move || serving.plan()).await.map_err(internal)
     }
 
     /// Runs `selection` on a thread of its own (the scheduler has its own

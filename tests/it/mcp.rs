@@ -296,6 +296,43 @@ fn concurrent_calls_wait_for_each_other_on_the_project_lock() {
     assert!(m.close(Duration::from_secs(10)).success());
 }
 
+#[test]
+fn a_dispatch_is_shared_through_the_team_cache() {
+    let Some(turbo) = crate::support::TurboServer::start() else { return };
+    let keys = Test::new().build().cassist(&["cache", "keygen"]).exec().stdout;
+    let key = |which: &str| keys.lines().find_map(|l| l.strip_prefix(which)).unwrap().trim().to_owned();
+    let (public, secret) = (key("public "), key("secret "));
+    let config = format!("cache {{\n    {}\n    trusted-key \"{public}\"\n}}\n", turbo.remote_kdl());
+    let a = counting_project("\"shared\"", |t| t.kdl(&config).file("src/lib.rs", "fn main() {}\n").git())
+        .with_env("TURBO_TOKEN", crate::support::TurboServer::TOKEN)
+        .with_env("CASSIST_CACHE_SIGNING_KEY", &secret);
+    let args = json!({"agent_type": "explore", "task": "Where is main?", "context": ["src/lib.rs"]});
+    let mut m = mcp(&a, &[]);
+    let first = m.call("dispatch_subagent", args.clone(), None);
+    assert_eq!(first["result"]["_meta"]["cassist/state"], "passed", "{first:#}");
+    assert!(m.close(Duration::from_secs(30)).success());
+    assert_eq!(calls(&a), 1);
+
+    // Another clone of the project (the same files and config; the agent
+    // counts in the same file), no signing key: served from the remote.
+    let b = Test::new()
+        .outside_tmp()
+        .file("cassist.kdl", a.read("cassist.kdl"))
+        .file("src/lib.rs", "fn main() {}\n")
+        .git()
+        .build();
+    let b = b
+        .with_env("HOME", a.home().to_str().unwrap())
+        .with_env("CASSIST_SHARED_STATE", &a.out_str())
+        .with_env("TURBO_TOKEN", crate::support::TurboServer::TOKEN);
+    let mut m = mcp(&b, &[]);
+    let again = m.call("dispatch_subagent", args, None);
+    assert_eq!(again["result"]["_meta"]["cassist/state"], "replayed", "{again:#}");
+    assert_eq!(again["result"]["content"], first["result"]["content"], "{again:#}");
+    assert!(m.close(Duration::from_secs(30)).success());
+    assert_eq!(calls(&a), 1, "the clone's dispatch called the agent");
+}
+
 /// A project whose agent hangs (deaf to SIGTERM, with children) until
 /// killed; the test's TMPDIR for cassist's workspaces.
 fn hanging() -> (Project, String, PathBuf, PathBuf) {
