@@ -24,7 +24,9 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
             let lock = crate::lock::Lock::load(&root).unwrap_or_default();
             // Which entries the remote also has (a column when there is a
             // remote that answers).
-            let remote = open_remote(&root)?;
+            // A config that does not read (or a bad key) leaves the
+            // column out: listing the store never depends on the remote.
+            let remote = open_remote(&root).ok().flatten();
             let on_remote = remote.as_ref().and_then(|r| {
                 let befores: Vec<String> = entries.iter().map(|(e, _, _)| e.before.clone()).collect();
                 let (have, warning) = r.has_entries(&befores);

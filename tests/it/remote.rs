@@ -476,4 +476,14 @@ fn bad_keys_and_urls_are_diagnostics() {
     // `off` turns the remote off: no lookup, no warning.
     let out = p.cassist(&["plan"]).env("CASSIST_REMOTE", "off").exec();
     assert!(!out.stderr.contains("remote"), "{}", out.transcript());
+    // Listing the store never depends on the remote's settings.
+    let before = "ab".repeat(32);
+    p.file(
+        &format!(".cassist/store/entries/{before}.json"),
+        format!(
+            r#"{{"format":1,"task":"a","before":"{before}","after":"","patch":"p","changes":[],"key":{{}},"agent":"x","agent_version":null,"date":"","summary":null,"cost_usd":null,"duration_ms":1,"attempts":1,"records":{{}}}}"#
+        ),
+    );
+    let out = p.cassist(&["cache", "ls"]).env("CASSIST_REMOTE", "gs://x").exec();
+    assert!(out.stdout.contains("1 entry") && !out.stdout.contains("REMOTE"), "{}", out.transcript());
 }
