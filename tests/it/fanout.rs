@@ -1,9 +1,9 @@
 //! The CI fan-out of the README's team-cache recipe (issue 15), against
 //! real servers (SeaweedFS for S3, turborepo-remote-cache): shard checkouts run `cassist run --shard K/N`
 //! with the signing key and push what they record; a fresh clone of the
-//! same commit (empty store, none of the agents' changes) runs `cassist run
-//! --locked` with read-only credentials and no key: every task replays from
-//! the remote, with zero agent calls, and the tree holds every change. As
+//! same commit (empty store, none of the agents' changes) runs `cassist
+//! cache pull` and `cassist run --locked` with read-only credentials and no
+//! key: every task replays from the remote, with zero agent calls, and the tree holds every change. As
 //! the recipe's collect job then does, a plain `cassist run` from the clean
 //! checkout replays the same entries, now local, and records `cassist.lock`
 //! (`--locked` never writes it, SPEC 4).
@@ -169,6 +169,10 @@ fn fan_out(remote: &Remote) {
     let collect = clone(&origin);
     assert!(collect.exists("cassist.kdl") && !collect.exists(".cassist"), "a fresh clone");
     assert!(outputs(&collect).values().all(|t| t == "todo\n"), "the clone has none of the agents' changes");
+    // As the recipe does: `cache pull`, then `run --locked`.
+    let pulled = collect.cassist(&["cache", "pull"]).envs(&remote.reader).exec();
+    assert!(pulled.stdout.contains("0 task(s) still to run"), "{}", pulled.transcript());
+    assert!(calls(&collect).is_empty());
     let done = collect.run(&["--locked"]).envs(&remote.reader).exec();
     assert_eq!(done.states(), all("replayed"), "{}", done.transcript());
     assert!(calls(&collect).is_empty(), "--locked called an agent: {:?}", calls(&collect));
