@@ -40,8 +40,12 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// S3 server may allocate storage on a first write. Lookups are done by
 /// then (the remote answered), and uploads run in the background.
 const TRANSFER_TIMEOUT: Duration = Duration::from_secs(20);
-/// All the lookups of one command.
+/// All the lookups of one command: a base, and a share per lookup, so
+/// that a healthy remote serving a thousand entries is not cut off half
+/// way (a fresh clone of a big fan-out needs every entry), while a remote
+/// that fails or hangs is given up at its first fault anyway.
 const LOOKUP_BUDGET: Duration = Duration::from_secs(5);
+const LOOKUP_SHARE: Duration = Duration::from_millis(20);
 /// Lookups at once.
 const PARALLEL_LOOKUPS: usize = 64;
 /// Uploads at once.
@@ -50,6 +54,13 @@ const PARALLEL_UPLOADS: usize = 16;
 /// The environment variables that configure the remote.
 pub const ENV_REMOTE: &str = "CASSIST_REMOTE";
 pub const ENV_SIGNING_KEY: &str = "CASSIST_CACHE_SIGNING_KEY";
+
+/// The end of a command's lookup budget once a batch of `lookups` is
+/// added: the base from the first batch on, and each batch's share.
+fn lookup_deadline(end: Option<Instant>, now: Instant, lookups: usize) -> Instant {
+    let share = LOOKUP_SHARE.saturating_mul(u32::try_from(lookups).unwrap_or(u32::MAX));
+    end.unwrap_or(now + LOOKUP_BUDGET) + share
+}
 
 /// Why a request failed.
 #[derive(Debug)]
@@ -169,7 +180,8 @@ type Upload = (String, tokio::task::JoinHandle<Result<(), String>>);
 pub struct Remote {
     inner: Arc<Inner>,
     rt: Option<tokio::runtime::Runtime>,
-    /// The end of the lookup budget, from the first lookup on.
+    /// The end of the lookup budget, from the first lookup on; each batch
+    /// of lookups moves it by its share.
     deadline: Mutex<Option<Instant>>,
     /// Whether the unavailability was said.
     told: std::sync::atomic::AtomicBool,
@@ -302,11 +314,23 @@ impl Remote {
         Some(format!("remote cache {} unavailable ({why}): going on locally", self.inner.shown))
     }
 
-    /// What is left of the lookup budget (it starts with the first lookup).
-    fn budget(&self) -> Duration {
+    /// What is left of the lookup budget for a batch of `lookups` (it
+    /// starts with the first lookup: the base, then each batch's share).
+    fn budget(&self, lookups: usize) -> Duration {
         let Ok(mut d) = self.deadline.lock() else { return Duration::ZERO };
-        let end = *d.get_or_insert_with(|| Instant::now() + LOOKUP_BUDGET);
-        end.saturating_duration_since(Instant::now())
+        let now = Instant::now();
+        let end = lookup_deadline(*d, now, lookups);
+        *d = Some(end);
+        end.saturating_duration_since(now)
+    }
+
+    /// The remote is given up: its lookups ran out of their budget.
+    fn out_of_budget(&self) {
+        self.inner.mark_down(format!(
+            "lookups took longer than their budget ({} s and {} ms a lookup)",
+            LOOKUP_BUDGET.as_secs(),
+            LOOKUP_SHARE.as_millis()
+        ));
     }
 
     /// Looks up `wanted` (task name, input hash) in parallel and writes
@@ -322,7 +346,7 @@ impl Remote {
         }
         // The lookups, all under the command's budget; then the objects of
         // the entries found and verified, each transfer bounded.
-        let budget = self.budget();
+        let budget = self.budget(wanted.len());
         let slots = Arc::new(Semaphore::new(PARALLEL_LOOKUPS));
         type Found = Result<Option<(Entry, String)>, Option<String>>;
         let mut found: Vec<(String, String, Found)> = Vec::new();
@@ -347,7 +371,7 @@ impl Remote {
             .is_ok()
         });
         if !finished {
-            self.inner.mark_down(format!("lookups took longer than {} s", LOOKUP_BUDGET.as_secs()));
+            self.out_of_budget();
         }
         let mut results: Vec<(String, String, Result<(), Option<String>>)> = Vec::new();
         let mut verified = Vec::new();
@@ -396,7 +420,7 @@ impl Remote {
             return (None, self.down_warning());
         }
         let slots = Arc::new(Semaphore::new(PARALLEL_LOOKUPS));
-        let budget = self.budget();
+        let budget = self.budget(befores.len());
         let mut have = HashSet::new();
         let finished = self.rt().block_on(async {
             let mut set = JoinSet::new();
@@ -422,7 +446,7 @@ impl Remote {
             .is_ok()
         });
         if !finished {
-            self.inner.mark_down(format!("lookups took longer than {} s", LOOKUP_BUDGET.as_secs()));
+            self.out_of_budget();
         }
         if self.is_down() {
             return (None, self.down_warning());
@@ -572,5 +596,19 @@ mod tests {
         assert_eq!(object_name("ab12"), "objects/ab12");
         assert_eq!(entry_name("cd34"), "entries/cd34");
         assert_eq!(turbo::artifact_id("entries/cd34"), "cassist-entries-cd34");
+    }
+
+    #[test]
+    fn the_lookup_budget_grows_with_the_lookups_and_starts_once() {
+        let now = Instant::now();
+        // A thousand lookups of a fresh clone get their share: 5 s + 20 s.
+        let first = lookup_deadline(None, now, 1000);
+        assert_eq!(first - now, Duration::from_secs(25));
+        // A later batch of the same command extends the same budget; it
+        // does not start a new one.
+        let later = now + Duration::from_secs(3);
+        assert_eq!(lookup_deadline(Some(first), later, 50), first + Duration::from_secs(1));
+        // One lookup: hardly more than the base.
+        assert_eq!(lookup_deadline(None, now, 1) - now, Duration::from_millis(5020));
     }
 }
