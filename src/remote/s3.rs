@@ -69,11 +69,33 @@ impl S3 {
     }
 }
 
+/// The HTTP client's error behind an OpenDAL error, if the request never
+/// got an answer.
+fn transport(e: &opendal::Error) -> Option<&reqwest::Error> {
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if let Some(r) = c.downcast_ref::<reqwest::Error>() {
+            return Some(r);
+        }
+        cause = c.source();
+    }
+    None
+}
+
 /// Any error but "not found" says the remote cannot serve us: refused
 /// credentials, a server that is down or answers garbage.
 fn fault(e: opendal::Error) -> Fault {
     let why = match e.kind() {
         ErrorKind::PermissionDenied => "access denied: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY".to_owned(),
+        _ if transport(&e).is_some_and(reqwest::Error::is_timeout) => "timed out".to_owned(),
+        _ if transport(&e).is_some_and(reqwest::Error::is_connect) => {
+            // The innermost cause says why (refused, no route, DNS).
+            let mut cause: &dyn std::error::Error = &e;
+            while let Some(c) = cause.source() {
+                cause = c;
+            }
+            format!("cannot connect: {cause}")
+        }
         _ => {
             // OpenDAL's message carries the request context and the
             // cause: one line of it.

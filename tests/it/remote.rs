@@ -397,6 +397,22 @@ fn a_server_killed_mid_run_costs_one_warning_and_the_run_goes_on() {
 }
 
 #[test]
+fn an_s3_remote_nobody_listens_on_is_one_short_warning() {
+    // A port nothing listens on (bound, then closed).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let team = Team::new();
+    let cache =
+        team.trusting(&format!("remote \"s3://cassist/p\" endpoint=\"http://127.0.0.1:{port}\" region=\"us-east-1\""));
+    let a = team.machine(&cache, TASKS);
+    let out = a.cassist(&["plan"]).exec();
+    assert_eq!(out.code(), 0, "{}", out.transcript());
+    assert_eq!(out.stderr.matches("unavailable").count(), 1, "{}", out.transcript());
+    // What the user reads is why, not the request OpenDAL sent.
+    assert!(out.stderr.contains("unavailable (cannot connect: Connection refused"), "{}", out.transcript());
+    assert!(!out.stderr.contains("entries/"), "{}", out.transcript());
+}
+
+#[test]
 fn a_hanging_server_costs_a_few_seconds_at_most() {
     let silent = SilentServer::start();
     let team = Team::new();
