@@ -140,10 +140,21 @@ impl<'a> Reader<'a> {
 
     /// The entry as a string, or a diagnostic.
     pub fn string(&mut self, node: &KdlNode, entry: &KdlEntry, example: &str) -> Option<Spanned<String>> {
+        self.string_named(Self::name(node), entry, example)
+    }
+
+    /// The property `key=` of `node` as a string (`None`: absent, or a
+    /// diagnostic when it is not a string).
+    pub fn string_prop(&mut self, node: &KdlNode, key: &str, example: &str) -> Option<Spanned<String>> {
+        let entry = node.entries().iter().find(|e| e.name().is_some_and(|n| n.value() == key))?;
+        self.string_named(key, entry, example)
+    }
+
+    /// `entry` (of node or property `name`) as a string, or a diagnostic.
+    fn string_named(&mut self, name: &str, entry: &KdlEntry, example: &str) -> Option<Spanned<String>> {
         match entry.value() {
             KdlValue::String(s) => Some(Spanned::new(s.clone(), entry.span())),
             other => {
-                let name = Self::name(node);
                 self.error(
                     "wrong-type",
                     format!("`{name}` expects a string, found {}", type_name(other)),

@@ -5,10 +5,10 @@
 //! signing and verifying are [`crate::remote`]'s.
 
 use base64::Engine as _;
-use kdl::{KdlNode, KdlValue};
+use kdl::KdlNode;
 
 use super::diag::Spanned;
-use super::reader::{DiagExt, Once, Reader, type_name};
+use super::reader::{DiagExt, Once, Reader};
 
 /// The prefix of a public key's text.
 pub const PUBLIC_PREFIX: &str = "cassist-ed25519:";
@@ -123,22 +123,7 @@ fn read_remote(r: &mut Reader<'_>, node: &KdlNode) -> Option<RemoteConfig> {
         r.error("bad-remote", why, url.span, "unknown remote").set_help(format!("write it as `{EXAMPLE}`"));
         return None;
     }
-    let mut prop = |key: &str| -> Option<String> {
-        let e = node.entries().iter().find(|e| e.name().is_some_and(|n| n.value() == key))?;
-        match e.value() {
-            KdlValue::String(s) => Some(s.clone()),
-            other => {
-                r.error(
-                    "wrong-type",
-                    format!("`{key}` expects a string, found {}", type_name(other)),
-                    e.span(),
-                    "expected a string",
-                )
-                .set_help(format!("write it as `{EXAMPLE}`"));
-                None
-            }
-        }
-    };
+    let mut prop = |key: &str| r.string_prop(node, key, EXAMPLE).map(|s| s.value);
     Some(RemoteConfig { endpoint: prop("endpoint"), region: prop("region"), team: prop("team"), url })
 }
 

@@ -484,6 +484,10 @@ fn bad_keys_and_urls_are_diagnostics() {
     p.file("cassist.kdl", "cache {\n    remote \"ftp://b\"\n}\n");
     let out = p.cassist(&["check"]).status(2).exec();
     assert!(out.stderr.contains("is not a remote cache URL"), "{}", out.transcript());
+    p.file("cassist.kdl", "cache {\n    remote \"s3://b/p\" endpoint=8333\n}\n");
+    let out = p.cassist(&["check"]).status(2).exec();
+    assert!(out.stderr.contains("`endpoint` expects a string, found an integer"), "{}", out.transcript());
+    assert!(out.stderr.contains("cassist.kdl:2"), "points at the property: {}", out.transcript());
     p.file("cassist.kdl", "cache {\n    remote \"s3://b/p\"\n}\n");
     let out = p.cassist(&["plan"]).env("CASSIST_CACHE_SIGNING_KEY", "cassist-ed25519-secret:nope").status(2).exec();
     assert!(out.stderr.contains("CASSIST_CACHE_SIGNING_KEY does not read"), "{}", out.transcript());
