@@ -101,50 +101,6 @@ pub enum Command {
     },
     /// Print a shell completion script (it completes task names too).
     Completions { shell: clap_complete::Shell },
-    /// Internal: run a command of a task in its sandbox (`sandbox::ExecSpec`).
-    #[command(name = "__sandbox-exec", hide = true)]
-    SandboxExec {
-        /// Mount the overlay here, over the `--lower` layers (top first).
-        #[arg(long = "mount-at", requires_all = ["lower", "upper", "work"])]
-        mount_at: Option<PathBuf>,
-        #[arg(long = "lower")]
-        lower: Vec<PathBuf>,
-        #[arg(long)]
-        upper: Option<PathBuf>,
-        #[arg(long)]
-        work: Option<PathBuf>,
-        #[arg(long = "hide")]
-        hide: Vec<PathBuf>,
-        #[arg(long = "keep")]
-        keep: Vec<PathBuf>,
-        #[arg(long = "read-only")]
-        read_only: Vec<PathBuf>,
-        #[arg(long)]
-        cwd: PathBuf,
-        /// New user, mount and PID namespaces.
-        #[arg(long)]
-        namespaces: bool,
-        /// Below `full`: no capabilities, no_new_privs, private /tmp and /dev.
-        #[arg(long)]
-        confined: bool,
-        /// Restrict writes with Landlock to the `--write` paths.
-        #[arg(long)]
-        landlock: bool,
-        #[arg(long = "write")]
-        write: Vec<PathBuf>,
-        #[arg(long = "grace-ms")]
-        grace_ms: Option<u64>,
-        /// Seen copy-on-write, the changes kept under `--state-dir`.
-        #[arg(long = "state", requires = "state_dir")]
-        state: Vec<PathBuf>,
-        #[arg(long = "state-dir")]
-        state_dir: Option<PathBuf>,
-        /// Inside the `--state` paths: kept the real ones.
-        #[arg(long = "shared")]
-        shared: Vec<PathBuf>,
-        #[arg(last = true, required = true)]
-        argv: Vec<std::ffi::OsString>,
-    },
     /// Internal: write a stored change into the current folder (a
     /// workspace), for replays.
     #[command(name = "__apply-changes", hide = true)]

@@ -145,52 +145,16 @@ use clap::Parser;
 /// Runs the command line and returns the process exit code: the one
 /// place a command's error is printed and mapped to its code.
 pub fn main_entry() -> i32 {
+    // The sandbox wrapper (`sandbox::ExecSpec::to_args`) must stay
+    // single-threaded: it execs (or exits) before anything else runs.
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == sandbox::WRAPPER_COMMAND) {
+        sandbox::main(args)
+    }
     // A shell asking what to complete (the scripts of `cassist completions`).
     cmd::answer_shell();
     let (out, result) = match cli::Cli::try_parse() {
         Ok(cli::Cli { dir, color, quiet, verbose, command }) => match command {
-            // The sandbox wrapper must stay single-threaded: it execs (or
-            // exits) before anything else runs.
-            cli::Command::SandboxExec {
-                mount_at,
-                lower,
-                upper,
-                work,
-                hide,
-                keep,
-                read_only,
-                cwd,
-                namespaces,
-                confined,
-                landlock,
-                write,
-                grace_ms,
-                state,
-                state_dir,
-                shared,
-                argv,
-            } => {
-                let overlay = match (mount_at, upper, work) {
-                    (Some(target), Some(upper), Some(work)) => {
-                        Some(sandbox::Overlay { target, lowers: lower, upper, work })
-                    }
-                    _ => None,
-                };
-                sandbox::exec(&sandbox::ExecSpec {
-                    namespaces,
-                    overlay,
-                    confined,
-                    hide,
-                    keep,
-                    read_only,
-                    cwd,
-                    writable: write,
-                    landlock,
-                    grace: grace_ms.map(std::time::Duration::from_millis),
-                    state: state_dir.map(|dir| sandbox::StateViews { paths: state, dir, shared }),
-                    argv,
-                })
-            }
             cli::Command::SandboxProbe { dir, lower } => sandbox::probe(&dir, lower.as_deref()),
             // Above the commands: it runs tasks as `run` does, its own way.
             cli::Command::Mcp { tasks } => {

@@ -62,7 +62,7 @@ fn dispatch(command: Command, cwd: &Path, out: &Output) -> Result {
         Command::Cache(c) => cache::run(cwd, &c, out),
         Command::Init => init::run(cwd, out),
         Command::Demo { folder } => demo::run(cwd, &folder, out),
-        Command::SandboxExec { .. } | Command::SandboxProbe { .. } | Command::ApplyChanges { .. } => {
+        Command::SandboxProbe { .. } | Command::ApplyChanges { .. } => {
             unreachable!("the hidden helpers are run before any command")
         }
         Command::Mcp { .. } => unreachable!("the MCP server is started before any command (lib.rs)"),

@@ -201,6 +201,12 @@ pub fn io_threads() -> usize {
 /// file.
 fn hash_parallel(root: &Path, files: &[&ResolvedFile], todo: &[usize]) -> Vec<std::io::Result<[u8; 32]>> {
     let threads = io_threads().min(todo.len());
+    if threads <= 1 {
+        // One file: no thread of its own (starting one costs more than
+        // hashing a small file).
+        let mut buf = vec![0u8; 256 * 1024];
+        return todo.iter().map(|&i| hash_file(&root.join(&files[i].path), &mut buf)).collect();
+    }
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<std::io::Result<[u8; 32]>>>> = Mutex::new((0..todo.len()).map(|_| None).collect());
     std::thread::scope(|s| {

@@ -384,9 +384,20 @@ pub fn timing(phase: &str) {
     }
 }
 
+/// Fewer items than this are worked on by the calling thread ([`par_chunks`]).
+const INLINE_ITEMS: usize = 8;
+
 /// `f` over `items` split in one chunk per core (at most 8), on scoped
-/// threads; the results in the items' order.
+/// threads; the results in the items' order. A few items go in one chunk
+/// on the calling thread: starting a thread (its stack, the allocator's
+/// first pages for it) costs more than the work of a few.
 pub fn par_chunks<T: Sync, R: Send>(items: &[T], f: impl Fn(&[T]) -> R + Sync) -> Vec<R> {
+    if items.is_empty() {
+        return Vec::new();
+    }
+    if items.len() < INLINE_ITEMS {
+        return vec![f(items)];
+    }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
     let chunk = items.len().div_ceil(threads).max(1);
     let f = &f;
@@ -729,7 +740,7 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
         let _ = crate::fsx::ensure_state_dir(&project.root);
         let _ = cache.save();
         let _ = spec_cache.save();
-        let _ = output_index.save();
+        let _ = output_index.save(&lock);
     }
     Ok(Plan {
         project,
@@ -845,7 +856,7 @@ impl Plan {
             let _ = c.save();
         }
         if let Ok(mut c) = self.output_index.lock() {
-            let _ = c.save();
+            let _ = c.save(&self.lock);
         }
     }
 

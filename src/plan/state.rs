@@ -152,6 +152,8 @@ pub fn state_of(
 pub struct OutputIndex {
     path: std::path::PathBuf,
     patches: HashMap<String, Vec<String>>,
+    /// The patches looked up since the index was loaded.
+    used: std::collections::HashSet<String>,
     dirty: bool,
 }
 
@@ -161,7 +163,7 @@ impl OutputIndex {
     pub fn load(root: &Path) -> OutputIndex {
         let path = crate::fsx::state_dir(root).join("cache").join("outputs.json");
         let patches = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
-        OutputIndex { path, patches, dirty: false }
+        OutputIndex { path, patches, used: Default::default(), dirty: false }
     }
 
     /// The outputs of the change `patch`, recorded in the store entry of
@@ -173,13 +175,23 @@ impl OutputIndex {
             self.patches.insert(patch.to_owned(), paths);
             self.dirty = true;
         }
+        if !self.used.contains(patch) {
+            self.used.insert(patch.to_owned());
+        }
         self.patches.get(patch).map(Vec::as_slice)
     }
 
     /// Writes the index if it changed (a cache: failing is no error worth
-    /// stopping for).
-    pub fn save(&mut self) -> std::io::Result<()> {
-        if !self.dirty {
+    /// stopping for). Only the patches of `lock`'s lines and those looked
+    /// up are kept: every run of a task records a new patch, and an index
+    /// that kept them all would grow with the project's history (what it
+    /// drops is read from its store entry again should it be needed).
+    pub fn save(&mut self, lock: &Lock) -> std::io::Result<()> {
+        let live: std::collections::HashSet<&str> = lock.tasks.values().map(|l| l.patch.as_str()).collect();
+        let before = self.patches.len();
+        let used = &self.used;
+        self.patches.retain(|patch, _| used.contains(patch) || live.contains(patch.as_str()));
+        if !self.dirty && self.patches.len() == before {
             return Ok(());
         }
         let sorted: BTreeMap<&String, &Vec<String>> = self.patches.iter().collect();
@@ -413,6 +425,39 @@ mod tests {
         assert_eq!(outputs_hash(&a), outputs_hash(&b));
         let c: Outputs = [("a".to_owned(), Some("0".to_owned())), ("b".to_owned(), Some("1".to_owned()))].into();
         assert_ne!(outputs_hash(&a), outputs_hash(&c));
+    }
+
+    #[test]
+    fn the_output_index_keeps_what_the_lock_names_or_was_looked_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let path = crate::fsx::state_dir(root).join("cache").join("outputs.json");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        // Three patches known: one of the lock, one looked up now, one of
+        // an older run that nothing names any more.
+        let known = r#"{"locked":["a.txt"],"looked-up":["b.txt"],"stale":["c.txt"]}"#;
+        std::fs::write(&path, known).unwrap();
+        let store = Store::open(root);
+        let mut index = OutputIndex::load(root);
+        assert_eq!(index.paths(&store, "no-entry", "looked-up"), Some(&["b.txt".to_owned()][..]));
+        let mut lock = Lock::default();
+        let line = |patch: &str| crate::lock::LockEntry {
+            before: "b".into(),
+            after: "a".into(),
+            outputs: None,
+            patch: patch.into(),
+            agent: "x".into(),
+            agent_version: None,
+            date: "d".into(),
+        };
+        lock.tasks.insert("t".into(), line("locked"));
+        index.save(&lock).unwrap();
+        let saved: BTreeMap<String, Vec<String>> = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(saved.keys().collect::<Vec<_>>(), ["locked", "looked-up"]);
+        // Nothing more to drop: the file is left as it is.
+        std::fs::write(&path, "untouched").unwrap();
+        index.save(&lock).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "untouched");
     }
 
     #[test]
