@@ -835,6 +835,27 @@ static TOKENS: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
     .collect()
 });
 
+/// What every match of [`PRIVATE_KEY`] contains.
+const PRIVATE_KEY_LITERAL: &str = "-----BEGIN ";
+/// What every match of one of the [`TOKENS`] contains (its fixed prefix).
+const TOKEN_LITERALS: &[&str] =
+    &["AKIA", "ASIA", "gh", "github_pat_", "glpat-", "xox", "AIza", "sk-ant-", "sk-", "sk_live_", "rk_live_"];
+/// What the name of every [`ASSIGNMENT`] contains, in any case.
+const SECRET_NAME_WORDS: &[&str] = &["key", "token", "secret", "password", "passwd", "auth", "credential"];
+
+/// Whether [`ASSIGNMENT`] may match `line`. Lines are searched only when
+/// they may: most changes then compile none of these patterns, which
+/// costs a task more than reading its change (about a millisecond).
+fn may_assign_a_secret(line: &str) -> bool {
+    // `(?i)` folds a few other letters onto ASCII ones (the Kelvin sign
+    // onto `k`): a line with any non-ASCII character is always searched.
+    if !line.is_ascii() {
+        return true;
+    }
+    let lower = line.to_ascii_lowercase();
+    SECRET_NAME_WORDS.iter().any(|w| lower.contains(w))
+}
+
 /// `NAME = "value"`, `NAME: value`, `export NAME=value`, `const NAME: &str = "value"`,
 /// `"name": "value"`, `Authorization: Bearer value` where NAME names a secret.
 static ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
@@ -961,7 +982,7 @@ fn find_secrets(lines: &[(usize, String)]) -> Vec<(usize, String)> {
         // A private key header counts when key material follows: on the
         // same line (an escaped PEM) or in the next few added lines. A
         // lone header in code that looks for keys is not a key.
-        if let Some(m) = PRIVATE_KEY.find(line) {
+        if let Some(m) = line.contains(PRIVATE_KEY_LITERAL).then(|| PRIVATE_KEY.find(line)).flatten() {
             let after = &line[m.end()..];
             let following = lines[i + 1..].iter().take(5).map(|(_, l)| l.as_str());
             if BASE64_RUN.is_match(after) || following.into_iter().any(|l| BASE64_RUN.is_match(l)) {
@@ -969,14 +990,18 @@ fn find_secrets(lines: &[(usize, String)]) -> Vec<(usize, String)> {
             }
         }
         let mut token = false;
-        for (re, kind) in TOKENS.iter() {
+        let tokens: &[(Regex, &str)] = if TOKEN_LITERALS.iter().any(|l| line.contains(l)) { &TOKENS } else { &[] };
+        for (re, kind) in tokens {
             if re.find_iter(line).any(|m| !looks_like_placeholder(m.as_str())) {
                 push(*line_no, (*kind).into());
                 token = true;
             }
         }
         // A known token format says more than "a value assigned to a name".
-        for caps in ASSIGNMENT.captures_iter(line).filter(|_| !token) {
+        if token || !may_assign_a_secret(line) {
+            continue;
+        }
+        for caps in ASSIGNMENT.captures_iter(line) {
             if secret_value(&caps["value"]) {
                 push(*line_no, format!("secret value assigned to `{}`", &caps["name"]));
             }
@@ -1493,6 +1518,16 @@ httpx = "^0.27"
             let found = secret_kinds(line);
             assert!(found.iter().any(|(_, k)| k.starts_with("secret value assigned to")), "{line}: {found:?}");
         }
+    }
+
+    #[test]
+    fn lines_that_cannot_hold_a_secret_are_skipped_and_no_other() {
+        assert!(!may_assign_a_secret("let total = items.iter().sum::<u32>();"));
+        assert!(may_assign_a_secret("MY_ApI_kEy = 1"));
+        // Case folding reaches past ASCII: the Kelvin sign is a `k`.
+        let kelvin = "\u{212A}EY = \"q8Zr2Lx9Vt4Nw7Pb1Hs6\"";
+        assert!(may_assign_a_secret(kelvin));
+        assert_eq!(secret_kinds(kelvin), [(1, "secret value assigned to `\u{212A}EY`".to_string())]);
     }
 
     #[test]
