@@ -26,7 +26,9 @@ pub fn finish_record(store: &Store, t: &PlannedTask, result: &TaskResult) -> std
         entry.records.extend(crate::runner::record::store_records(store, dir)?);
     }
     entry.duration_ms = result.end.report.duration_ms;
-    store.put_entry(&entry)?;
+    // Whole on disk already, and written again flushed by the
+    // integration's lock update.
+    store.amend_entry(&entry)?;
     Ok(entry.patch)
 }
 

@@ -10,7 +10,7 @@
 //! the reporter; the scheduler hands it each finished task. Neither reaches
 //! into the other.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::event::{TaskEnd, TaskState};
@@ -42,6 +42,11 @@ pub struct Outcome {
     pub needs_agent: Vec<(String, Vec<String>)>,
     /// A task of this run changed the user's tree.
     pub touched: bool,
+    /// The tasks whose lock line the run's last write of the tree wrote,
+    /// with the after-state hashed on the tree as it left it: nothing
+    /// changed that tree since, so the end of the run need not hash them
+    /// again ([`crate::cmd::run::update_after_states`]).
+    pub hashed_at_end: HashSet<String>,
 }
 
 enum Slot {
@@ -158,6 +163,7 @@ struct Schedule<'a> {
     /// Until a task of this run touches the tree, the plan's hashes are
     /// the tree's: hashing again is needed only from then on.
     touched: bool,
+    hashed_at_end: HashSet<String>,
     running: usize,
 }
 
@@ -190,6 +196,7 @@ impl<'a> Schedule<'a> {
             needs_agent: Vec::new(),
             stop: None,
             touched: false,
+            hashed_at_end: HashSet::new(),
             running: 0,
         }
     }
@@ -291,6 +298,7 @@ impl<'a> Schedule<'a> {
             lock: self.lock,
             needs_agent: self.needs_agent,
             touched: self.touched,
+            hashed_at_end: self.hashed_at_end,
         }
     }
 }
@@ -497,10 +505,18 @@ impl Schedule<'_> {
     /// could not be written fails, with why (its progress line stands;
     /// the summary and the reports say it).
     fn flush(&mut self) {
-        for flushed in self.runner.flush() {
+        let flushed = self.runner.flush();
+        if flushed.iter().any(|f| matches!(f, Flushed::Written { .. })) {
+            // The tree changed: what an earlier flush hashed may have moved.
+            self.hashed_at_end.clear();
+        }
+        for flushed in flushed {
             match flushed {
-                Flushed::Written { line: Some(line), .. } => {
+                Flushed::Written { task, line: Some(line), hashed } => {
                     self.lock.apply(std::slice::from_ref(&line));
+                    if hashed {
+                        self.hashed_at_end.insert(task);
+                    }
                 }
                 Flushed::Written { line: None, .. } => {}
                 Flushed::NotWritten { task, reason } => {

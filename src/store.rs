@@ -268,12 +268,26 @@ impl Store {
     /// Records an entry (its objects must be stored already). An entry
     /// written here is no longer the one fetched from the remote cache.
     pub fn put_entry(&self, entry: &Entry) -> std::io::Result<()> {
+        self.write_entry(entry, true)
+    }
+
+    /// [`Store::put_entry`] without a disk flush, for what only adds to an
+    /// entry already on disk whole (a reader still never sees half a file;
+    /// after a power cut the entry may be the one before). The run's
+    /// records of a passed task go in this way: the integration that
+    /// follows writes the entry again, flushed, with its after-state.
+    pub fn amend_entry(&self, entry: &Entry) -> std::io::Result<()> {
+        self.write_entry(entry, false)
+    }
+
+    fn write_entry(&self, entry: &Entry, flush: bool) -> std::io::Result<()> {
         // Compact: `run` reads the entry of every up-to-date task, and two
         // thirds of it are input keys it skips; indentation was a third of
         // the bytes to skip.
         let json = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
         self.unmark_fetched(&entry.before);
-        write_atomic(&self.entry_path(&entry.before), &json)
+        let path = self.entry_path(&entry.before);
+        if flush { write_atomic(&path, &json) } else { crate::fsx::write_cache(&path, &json) }
     }
 
     /// The mark of an entry fetched from the remote cache (its signature

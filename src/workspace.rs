@@ -918,34 +918,57 @@ impl Drop for Workspace {
     }
 }
 
+/// What the background thread removes: a workspace folder, or every
+/// stale one under a parent ([`remove_stale`]).
+enum Removal {
+    Workspace(PathBuf),
+    Stale(PathBuf),
+}
+
 /// The thread that removes workspaces in the background, and what to send
 /// it.
-type Remover = (std::sync::mpsc::Sender<PathBuf>, std::thread::JoinHandle<()>);
+type Remover = (std::sync::mpsc::Sender<Removal>, std::thread::JoinHandle<()>);
 static REMOVER: std::sync::Mutex<Option<Remover>> = std::sync::Mutex::new(None);
 
 /// Removes the workspace folder `base` on the background thread (started
 /// if need be); its `owner.pid` goes last, so a cassist killed meanwhile
 /// leaves a folder [`remove_stale`] recognizes.
 fn remove_later(base: PathBuf) {
-    let remove = |base: &Path| {
-        for e in std::fs::read_dir(base).into_iter().flatten().flatten() {
-            if e.file_name() != OWNER {
-                match e.file_type() {
-                    Ok(t) if t.is_dir() => remove_tree(&e.path()),
-                    _ => {
-                        let _ = std::fs::remove_file(e.path());
+    in_background(Removal::Workspace(base));
+}
+
+/// [`remove_stale`] on the background thread: the folders that killed runs
+/// left (of any project of the user's) need not hold up this run's start;
+/// cassist waits for them before it exits ([`finish_removals`]).
+pub fn remove_stale_in_background(parent: &Path) {
+    in_background(Removal::Stale(parent.to_path_buf()));
+}
+
+fn in_background(job: Removal) {
+    let remove = |job: Removal| match job {
+        Removal::Workspace(base) => {
+            for e in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+                if e.file_name() != OWNER {
+                    match e.file_type() {
+                        Ok(t) if t.is_dir() => remove_tree(&e.path()),
+                        _ => {
+                            let _ = std::fs::remove_file(e.path());
+                        }
                     }
                 }
             }
+            remove_tree(&base);
         }
-        remove_tree(base);
+        Removal::Stale(parent) => {
+            remove_stale(&parent);
+        }
     };
     let mut remover = REMOVER.lock().unwrap_or_else(|e| e.into_inner());
     if remover.is_none() {
-        let (tx, rx) = std::sync::mpsc::channel::<PathBuf>();
+        let (tx, rx) = std::sync::mpsc::channel::<Removal>();
         let spawned = std::thread::Builder::new().name("cassist-remove".into()).spawn(move || {
-            for base in rx {
-                remove(&base);
+            for job in rx {
+                remove(job);
             }
         });
         if let Ok(handle) = spawned {
@@ -953,16 +976,17 @@ fn remove_later(base: PathBuf) {
         }
     }
     let unsent = match remover.as_ref() {
-        Some((tx, _)) => tx.send(base).err().map(|e| e.0),
-        None => Some(base),
+        Some((tx, _)) => tx.send(job).err().map(|e| e.0),
+        None => Some(job),
     };
-    if let Some(base) = unsent {
-        remove(&base);
+    if let Some(job) = unsent {
+        remove(job);
     }
 }
 
 /// Waits until every workspace given to [`Workspace::remove_in_background`]
-/// is removed (before cassist exits).
+/// (and every sweep of [`remove_stale_in_background`]) is removed (before
+/// cassist exits).
 pub fn finish_removals() {
     let remover = REMOVER.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some((tx, handle)) = remover {

@@ -81,7 +81,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     reporter.finish();
     // Every change was flushed: no layer is in use.
     crate::workspace::remove_layers(&runner.workspaces);
-    let scheduler::Outcome { mut reports, outputs, mut lock, needs_agent, touched } = outcome;
+    let scheduler::Outcome { mut reports, outputs, mut lock, needs_agent, touched, hashed_at_end } = outcome;
     for r in &mut reports {
         r.refused = needs_agent.iter().any(|(name, _)| name == r.name());
     }
@@ -91,7 +91,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     let interrupted = cancel.is_cancelled() || interrupts.load(Ordering::SeqCst) > 0;
     let mut moved = Vec::new();
     if touched && !interrupted && !args.locked {
-        moved = update_after_states(plan, &selected, &reports, &outputs, &mut lock);
+        moved = update_after_states(plan, &selected, &reports, &outputs, &hashed_at_end, &mut lock);
     }
     plan.save_caches();
     crate::plan::timing("final hashes");
@@ -151,7 +151,7 @@ pub fn prepare(plan: Plan, settings: &Settings) -> Result<Prepared> {
     let quiet = settings.quiet;
     let exe = std::env::current_exe().map_err(|e| Error::Internal(format!("cannot find the cassist binary: {e}")))?;
     let workspaces = crate::workspace::parent_dir(&plan.project.root);
-    crate::workspace::remove_stale(&workspaces);
+    crate::workspace::remove_stale_in_background(&workspaces);
     if settings.keep_workspace {
         // This run keeps its own: the ones earlier runs kept go.
         let (removed, _) = crate::workspace::remove_kept(&workspaces, &plan.project.root);
@@ -231,17 +231,24 @@ impl Prepared {
 /// is up-to-date next time. This is the only place an after-state moves;
 /// the caller never calls it with `--locked` (which never writes the lock)
 /// nor after an interrupted run. Returns the task and input hash of each
-/// entry whose after-state moved (the remote cache gets it again).
+/// entry whose after-state moved (the remote cache gets it again). The
+/// tasks in `hashed_at_end` were hashed on the tree as the run leaves it
+/// when their change was written (nothing was written after): they are
+/// not hashed again.
 pub fn update_after_states(
     plan: &Plan,
     selected: &[PlannedTask],
     reports: &[crate::event::TaskEnd],
     outputs: &HashMap<String, String>,
+    hashed_at_end: &std::collections::HashSet<String>,
     lock: &mut crate::lock::Lock,
 ) -> Vec<(String, String)> {
     let mut changed = Vec::new();
     for (planned, r) in selected.iter().zip(reports) {
-        if !r.state().is_success() || !lock.tasks.contains_key(&planned.task.name) {
+        if !r.state().is_success()
+            || !lock.tasks.contains_key(&planned.task.name)
+            || hashed_at_end.contains(&planned.task.name)
+        {
             continue;
         }
         let mut t = planned.clone();

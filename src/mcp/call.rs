@@ -148,10 +148,10 @@ impl Serving {
         });
         // Every change was flushed: no layer is in use.
         crate::workspace::remove_layers(&runner.workspaces);
-        let crate::scheduler::Outcome { reports, outputs, mut lock, touched, .. } = outcome;
+        let crate::scheduler::Outcome { reports, outputs, mut lock, touched, hashed_at_end, .. } = outcome;
         let mut moved = Vec::new();
         if touched && !call.cancel.is_cancelled() {
-            moved = update_after_states(&runner.plan, &selected, &reports, &outputs, &mut lock);
+            moved = update_after_states(&runner.plan, &selected, &reports, &outputs, &hashed_at_end, &mut lock);
         }
         runner.plan.save_caches();
         if let Some(remote) = &remote {

@@ -203,8 +203,10 @@ fn hash_parallel(root: &Path, files: &[&ResolvedFile], todo: &[usize]) -> Vec<st
     let threads = io_threads().min(todo.len());
     if threads <= 1 {
         // One file: no thread of its own (starting one costs more than
-        // hashing a small file).
-        let mut buf = vec![0u8; 256 * 1024];
+        // hashing a small file), and a buffer its size (a fresh 256 KiB
+        // one costs the allocator a new huge page to zero).
+        let mut buf =
+            vec![0u8; todo.iter().map(|&i| files[i].stamp.size as usize + 1).max().unwrap_or(1).min(256 * 1024)];
         return todo.iter().map(|&i| hash_file(&root.join(&files[i].path), &mut buf)).collect();
     }
     let next = AtomicUsize::new(0);

@@ -128,8 +128,9 @@ impl Conflicts {
 /// What the flush did with a task's change.
 pub enum Flushed {
     /// Written; its lock line (none under `--locked`, or when the lock's
-    /// line stands).
-    Written { task: String, line: Option<LockLine> },
+    /// line stands). `hashed`: the line's after-state was hashed on the
+    /// tree this flush left.
+    Written { task: String, line: Option<LockLine>, hashed: bool },
     /// Not written, and why: the task fails.
     NotWritten { task: String, reason: String },
 }
@@ -281,15 +282,17 @@ impl Runner {
             Err(e) => return cannot_write(self, kept, out, &e),
         };
         // The after-states, hashed on the tree the changes made.
-        let lines: Vec<(String, Option<LockLine>)> = kept
+        let lines: Vec<(String, Option<LockLine>, bool)> = kept
             .iter_mut()
             .map(|l| {
                 let after = hashed_after(self, &l.t);
                 let line = line_for(self, l, after.as_ref());
-                (l.t.task.name.clone(), line)
+                let hashed =
+                    matches!((&line, &after), (Some(LockLine { entry: Some(e), .. }), Some(a)) if e.after == a.hash);
+                (l.t.task.name.clone(), line, hashed)
             })
             .collect();
-        let all: Vec<LockLine> = lines.iter().filter_map(|(_, l)| l.clone()).collect();
+        let all: Vec<LockLine> = lines.iter().filter_map(|(_, l, _)| l.clone()).collect();
         let done = match open {
             Some(open) => open.commit(all),
             None => crate::journal::Transaction::new(root).apply(all),
@@ -297,7 +300,7 @@ impl Runner {
         if let Err(e) = done {
             return cannot_write(self, kept, out, &e);
         }
-        out.extend(lines.into_iter().map(|(task, line)| Flushed::Written { task, line }));
+        out.extend(lines.into_iter().map(|(task, line, hashed)| Flushed::Written { task, line, hashed }));
         out
     }
 }
