@@ -564,6 +564,18 @@ impl Command {
         }
     }
 
+    /// A command started through the sandbox wrapper
+    /// ([`crate::sandbox::ExecSpec::for_project`]), which sees itself to
+    /// dying with cassist (it is told cassist's pid): it needs no hook
+    /// between `fork` and `exec`, so it starts without a full `fork` of
+    /// cassist (whose address space the kernel would copy, then throw
+    /// away at the `exec`).
+    pub fn sandboxed(argv: Vec<OsString>, cwd: impl Into<PathBuf>) -> Command {
+        let mut c = Command::new(argv, cwd);
+        c.die_with_cassist = false;
+        c
+    }
+
     /// A command with cassist's own environment and current folder, for
     /// cassist's own short helpers and `--version` probes (agents and
     /// acceptance commands get an environment made for them). It does not

@@ -155,7 +155,7 @@ impl TaskContext<'_> {
             },
         );
         let argv = self.ws.command(Layer::Agent, argv, jail)?;
-        let mut cmd = process::Command::new(argv, self.ws.dir.clone());
+        let mut cmd = process::Command::sandboxed(argv, self.ws.dir.clone());
         cmd.env = env;
         cmd.stdin = inv.stdin_prompt.then(|| req.prompt.to_owned().into_bytes());
         cmd.timeout = Some(req.timeout);

@@ -139,7 +139,7 @@ impl<'a> TaskContext<'a> {
         }
         let jail = self.runner.jail(role, self.t.sandbox, &self.ws, None, None, &self.base_env);
         let argv = self.ws.command(layer, vec!["sh".into(), "-c".into(), cmd.into()], jail)?;
-        let mut c = process::Command::new(argv, self.ws.dir.clone());
+        let mut c = process::Command::sandboxed(argv, self.ws.dir.clone());
         c.env = self.base_env.clone();
         c.timeout = timeout;
         c.transcript = Some(log.to_path_buf());

@@ -50,7 +50,7 @@ impl TaskContext<'_> {
             .ws
             .command(Layer::Agent, vec![exe, "__apply-changes".into(), spec.into_os_string()], jail)
             .map_err(|e| cannot(&e))?;
-        let mut c = process::Command::new(argv, self.ws.dir.clone());
+        let mut c = process::Command::sandboxed(argv, self.ws.dir.clone());
         c.env = self.base_env.clone();
         c.transcript = Some(self.record.join("replay.log"));
         match self.runner.run(&c) {

@@ -127,6 +127,12 @@ pub struct ExecSpec {
     pub grace: Option<Duration>,
     /// Paths seen copy-on-write (confined, with namespaces).
     pub state: Option<StateViews>,
+    /// The process that starts the wrapper (cassist): the wrapper asks to
+    /// die with it (`PR_SET_PDEATHSIG`), then checks that it is still its
+    /// parent, so no death slips in between. cassist then needs no hook
+    /// between `fork` and `exec`, and starts the wrapper the cheap way
+    /// (`posix_spawn`: no copy of its address space).
+    pub parent: Option<u32>,
     pub argv: Vec<OsString>,
 }
 
@@ -221,6 +227,7 @@ impl ExecSpec {
             landlock,
             grace,
             state,
+            parent: Some(std::process::id()),
             argv,
         }
     }
@@ -265,6 +272,10 @@ impl ExecSpec {
         if let Some(g) = self.grace {
             args.push("--grace-ms".into());
             args.push(g.as_millis().to_string().into());
+        }
+        if let Some(p) = self.parent {
+            args.push("--parent".into());
+            args.push(p.to_string().into());
         }
         if let Some(s) = &self.state {
             args.push("--state-dir".into());
@@ -323,6 +334,10 @@ impl ExecSpec {
                         "--state-dir" => state_dir = Some(path),
                         "--state" => state.push(path),
                         "--shared" => shared.push(path),
+                        "--parent" => {
+                            let pid = value.to_str().and_then(|v| v.parse().ok()).ok_or("`--parent` needs a pid")?;
+                            spec.parent = Some(pid);
+                        }
                         "--grace-ms" => {
                             let ms =
                                 value.to_str().and_then(|v| v.parse().ok()).ok_or("`--grace-ms` needs a number")?;
@@ -430,12 +445,12 @@ pub fn exec(spec: &ExecSpec) -> ! {
     if !spec.namespaces {
         // Copy mode. cassist's death reaches the wrapper as a signal it
         // can act on: it kills what the command left, then exits.
-        set_parent_death_signal(Signal::SIGUSR1, None);
+        set_parent_death_signal(Signal::SIGUSR1, parent(spec));
         supervise_copy(spec, &argv)
     }
     // The wrapper (and through the init's own parent-death signal, the
     // whole namespace) ends when cassist does.
-    set_parent_death_signal(Signal::SIGKILL, None);
+    set_parent_death_signal(Signal::SIGKILL, parent(spec));
     if let Err(e) = mounts::enter_namespaces() {
         fail(e);
     }
@@ -521,6 +536,11 @@ fn supervised_signals() -> SigSet {
         set.add(sig);
     }
     set
+}
+
+/// The process the wrapper must die with, when it was told.
+fn parent(spec: &ExecSpec) -> Option<Pid> {
+    spec.parent.and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw)
 }
 
 /// `PR_SET_PDEATHSIG`; if the parent is no longer `parent` (it died
@@ -787,6 +807,7 @@ mod tests {
                 dir: "/ws/state".into(),
                 shared: vec!["/home/u/.cache/keep".into()],
             }),
+            parent: Some(4242),
             argv: vec!["sh".into(), "-c".into(), "--".into(), odd.clone(), "--cwd".into()],
         };
         let plain = ExecSpec { cwd: "/w".into(), argv: vec!["true".into()], ..ExecSpec::default() };
@@ -802,6 +823,7 @@ mod tests {
         assert!(bad(&["--cwd", "/w", "--upper", "/u", "--", "true"]).contains("--mount-at"));
         assert!(bad(&["--cwd", "/w", "--state", "/s", "--", "true"]).contains("--state-dir"));
         assert!(bad(&["--cwd", "/w", "--grace-ms", "soon", "--", "true"]).contains("number"));
+        assert!(bad(&["--cwd", "/w", "--parent", "me", "--", "true"]).contains("pid"));
         assert!(bad(&["--cwd", "/w"]).contains("no command"));
         assert!(bad(&["--cwd"]).contains("needs a value"));
     }
