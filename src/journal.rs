@@ -20,9 +20,12 @@
 //! 4. the lock lines are written, then the journal is removed and
 //!    `.cassist/` synced.
 //!
-//! A transaction can also stay *open* after step 3 ([`Transaction::begin`]):
-//! the caller looks at the tree it made (the task's hash after integration,
-//! the `build` command) and then either commits it with its lock lines
+//! The runner's flush knows its lock lines before it writes anything (the
+//! after-states are hashed on the tree as the changes will leave it), so
+//! its journal is committed from the start ([`Transaction::apply`]): one
+//! journal written and flushed per integration. A transaction can also
+//! stay *open* after step 3 ([`Transaction::begin`]): the caller looks at
+//! the tree it made and then either commits it with its lock lines
 //! ([`Open::commit`]: the journal is first rewritten as committed, with the
 //! lines) or rolls it back ([`Open::roll_back`]). An open transaction that
 //! is dropped is rolled back.

@@ -862,15 +862,38 @@ impl Plan {
 
     /// Hashes `t` again on the project as it is now (earlier tasks may have
     /// changed its context files), with the outputs of its dependencies,
-    /// and sets its state. Used by `run` right before each task, and after
-    /// integration for the hash the lock records.
+    /// and sets its state. Used by `run` right before each task.
     pub fn rehash(&self, t: &mut PlannedTask, outputs: &HashMap<String, String>) -> Result<(), String> {
+        self.hash_inputs(t, outputs, &state::Overlay::default())?;
+        let root = &self.project.root;
+        let Ok(mut cache) = self.file_cache.lock() else { return Err("the file-hash cache is unusable".into()) };
+        let mut index = self.output_index.lock().unwrap_or_else(|e| e.into_inner());
+        let (st, cached) = state::state_of(&self.lock, &self.store, &mut index, &t.task.name, &t.hash, &mut |paths| {
+            state::outputs_now(root, &mut cache, paths, &state::Overlay::default())
+        });
+        (t.state, t.cached) = (st, cached);
+        t.cached.remote = self.from_remote(t);
+        Ok(())
+    }
+
+    /// Sets `t`'s input key and hash (and its context and reference files)
+    /// as they are on the project with `overlay`'s changes laid over it
+    /// (none: as it is), with the outputs of its dependencies; its state is
+    /// left as it was. The flush hashes a change's after-state this way
+    /// before it writes the change, so that the journal holds the lock
+    /// lines from the start.
+    pub fn hash_inputs(
+        &self,
+        t: &mut PlannedTask,
+        outputs: &HashMap<String, String>,
+        overlay: &state::Overlay,
+    ) -> Result<(), String> {
         let root = &self.project.root;
         let mut resolver = Resolver::new(root);
-        let mut resolve = |patterns: &[crate::spec::Spanned<String>]| -> Result<Vec<ResolvedFile>, String> {
+        let mut resolve = |patterns: &[String]| -> Result<Vec<ResolvedFile>, String> {
             let mut out = Vec::new();
             for p in patterns {
-                match resolver.resolve(&p.value) {
+                match resolver.resolve(p) {
                     Ok(f) => out.extend(f),
                     Err(ResolveError::Escapes { path, target }) => {
                         return Err(format!("`{path}` leads outside the project (to {target})"));
@@ -881,40 +904,50 @@ impl Plan {
             out.dedup_by(|a, b| a.path == b.path);
             Ok(out)
         };
-        let ctx = resolve(&t.task.context)?;
-        let refs = resolve(&t.task.reference)?;
+        let values = |v: &[crate::spec::Spanned<String>]| v.iter().map(|p| p.value.clone()).collect::<Vec<_>>();
+        let (context_patterns, reference_patterns) = (values(&t.task.context), values(&t.task.reference));
+        let ctx = resolve(&context_patterns)?;
+        let refs = resolve(&reference_patterns)?;
+        let instruction_patterns: Vec<String> = self
+            .project
+            .config
+            .instructions
+            .iter()
+            .map(|p| p.value.clone())
+            .chain(self.project.instruction_files())
+            .collect();
         let mut instr = Vec::new();
-        let names =
-            self.project.config.instructions.iter().map(|p| p.value.clone()).chain(self.project.instruction_files());
-        for name in names {
-            if let Ok(files) = resolver.resolve(&name) {
+        for name in &instruction_patterns {
+            if let Ok(files) = resolver.resolve(name) {
                 instr.extend(files);
             }
         }
         instr.sort_by(|a, b| a.path.cmp(&b.path));
         instr.dedup_by(|a, b| a.path == b.path);
         let Ok(mut cache) = self.file_cache.lock() else { return Err("the file-hash cache is unusable".into()) };
-        let mut inputs = |kind: &'static str, files: &[ResolvedFile]| -> Result<Vec<Input>, String> {
-            let refs: Vec<&ResolvedFile> = files.iter().collect();
-            let hashes = cache.hash_files(root, &refs).map_err(|(p, e)| format!("cannot read {p}: {e}"))?;
-            Ok(files
-                .iter()
-                .zip(hashes)
-                .map(|(f, h)| Input { kind, name: f.path.clone(), hash: blake3::Hash::from(h).to_hex().to_string() })
-                .collect())
-        };
-        let instructions = inputs("instructions", &instr)?;
-        let context = inputs("context", &ctx)?;
-        let reference = inputs("reference", &refs)?;
-        t.context_files = ctx.iter().map(|f| f.path.clone()).collect();
-        t.reference_files = refs.iter().map(|f| f.path.clone()).collect();
+        let mut inputs =
+            |kind: &'static str, patterns: &[String], files: &[ResolvedFile]| -> Result<Vec<Input>, String> {
+                let refs: Vec<&ResolvedFile> = files.iter().collect();
+                let hashes = cache.hash_files(root, &refs).map_err(|(p, e)| format!("cannot read {p}: {e}"))?;
+                let hashes: HashMap<String, String> = files
+                    .iter()
+                    .zip(hashes)
+                    .map(|(f, h)| (f.path.clone(), blake3::Hash::from(h).to_hex().to_string()))
+                    .collect();
+                let mut hash_file = |path: &str| -> Option<String> {
+                    let m = std::fs::metadata(root.join(path)).ok().filter(|m| m.is_file())?;
+                    let f = ResolvedFile { path: path.to_owned(), stamp: crate::paths::Stamp::of(&m) };
+                    let h = cache.hash_files(root, &[&f]).ok()?.pop()?;
+                    Some(blake3::Hash::from(h).to_hex().to_string())
+                };
+                Ok(overlay.inputs(kind, patterns, files, &hashes, &mut hash_file))
+            };
+        let instructions = inputs("instructions", &instruction_patterns, &instr)?;
+        let context = inputs("context", &context_patterns, &ctx)?;
+        let reference = inputs("reference", &reference_patterns, &refs)?;
+        t.context_files = context.iter().map(|i| i.name.clone()).collect();
+        t.reference_files = reference.iter().map(|i| i.name.clone()).collect();
         self.hashing.fill_key(&self.project.config, t, &instructions, context, reference, outputs);
-        let mut index = self.output_index.lock().unwrap_or_else(|e| e.into_inner());
-        let (st, cached) = state::state_of(&self.lock, &self.store, &mut index, &t.task.name, &t.hash, &mut |paths| {
-            state::outputs_now(root, &mut cache, paths, &state::Overlay::default())
-        });
-        (t.state, t.cached) = (st, cached);
-        t.cached.remote = self.from_remote(t);
         Ok(())
     }
 

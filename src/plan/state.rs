@@ -316,6 +316,23 @@ impl Overlay {
         }
     }
 
+    /// Lays one path of a change about to be written: its new content
+    /// (and mode), or `None` for a deletion.
+    pub fn lay_content(&mut self, by: &str, path: &str, new: Option<(&[u8], u32)>) {
+        let laid = match new {
+            None => Laid { hash: None, link: None, by: by.to_owned() },
+            Some((bytes, mode)) => {
+                let symlink = mode & crate::changes::S_IFMT == crate::changes::S_IFLNK;
+                Laid {
+                    hash: Some(hash_bytes(bytes)),
+                    link: symlink.then(|| String::from_utf8_lossy(bytes).into_owned()),
+                    by: by.to_owned(),
+                }
+            }
+        };
+        self.files.insert(path.to_owned(), laid);
+    }
+
     /// The tasks whose predicted replays change any of `inputs` (by name)
     /// or add to them, sorted.
     pub fn writers<'a>(&'a self, names: impl Iterator<Item = &'a str>) -> Vec<&'a str> {

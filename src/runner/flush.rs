@@ -259,6 +259,11 @@ impl Runner {
         let sets: Vec<&ChangeSet> = kept.iter().map(|l| &l.changes).collect();
         let mut transaction = crate::journal::Transaction::new(root);
         let folded = workspace::fold(&sets);
+        // The tree as the changes will leave it, for their after-states.
+        let mut overlay = crate::plan::state::Overlay::default();
+        for (path, op) in &folded {
+            overlay.lay_content("", path, *op);
+        }
         let mut io_error = None;
         // Deletions first: a folder may give way to a file.
         for (path, _) in folded.iter().filter(|(_, op)| op.is_none()) {
@@ -272,20 +277,16 @@ impl Runner {
             }
         }
         failpoint::hit("flush-checked");
-        let open = match io_error {
-            Some(e) => Err(e),
-            None if transaction.is_empty() => Ok(None),
-            None => transaction.begin().map(Some),
-        };
-        let open = match open {
-            Ok(open) => open,
-            Err(e) => return cannot_write(self, kept, out, &e),
-        };
-        // The after-states, hashed on the tree the changes made.
+        if let Some(e) = io_error {
+            return cannot_write(self, kept, out, &e);
+        }
+        // The after-states, hashed on the tree as the changes will leave
+        // it: the journal holds the lock lines from the start (one journal
+        // written and flushed, not an open one, then a committed one).
         let lines: Vec<(String, Option<LockLine>, bool)> = kept
-            .iter_mut()
+            .iter()
             .map(|l| {
-                let after = hashed_after(self, &l.t);
+                let after = hashed_after(self, &l.t, &overlay);
                 let line = line_for(self, l, after.as_ref());
                 let hashed =
                     matches!((&line, &after), (Some(LockLine { entry: Some(e), .. }), Some(a)) if e.after == a.hash);
@@ -293,11 +294,7 @@ impl Runner {
             })
             .collect();
         let all: Vec<LockLine> = lines.iter().filter_map(|(_, l, _)| l.clone()).collect();
-        let done = match open {
-            Some(open) => open.commit(all),
-            None => crate::journal::Transaction::new(root).apply(all),
-        };
-        if let Err(e) = done {
+        if let Err(e) = transaction.apply(all) {
             return cannot_write(self, kept, out, &e);
         }
         out.extend(lines.into_iter().map(|(task, line, hashed)| Flushed::Written { task, line, hashed }));
@@ -341,13 +338,14 @@ pub fn withdraw(runner: &Runner, recorded: Option<Recorded>) {
     }
 }
 
-/// The task hashed on the tree as its change left it (the after-state the
-/// lock records), with the same dependency outputs it started with.
-pub fn hashed_after(runner: &Runner, t: &PlannedTask) -> Option<PlannedTask> {
+/// The task hashed on the tree as the changes of `overlay` leave it (the
+/// after-state the lock records), with the same dependency outputs it
+/// started with.
+pub fn hashed_after(runner: &Runner, t: &PlannedTask, overlay: &crate::plan::state::Overlay) -> Option<PlannedTask> {
     let outputs: HashMap<String, String> =
         t.key.inputs.iter().filter(|i| i.kind == "dependency").map(|i| (i.name.clone(), i.hash.clone())).collect();
     let mut after = t.clone();
-    runner.plan.rehash(&mut after, &outputs).ok().map(|()| after)
+    runner.plan.hash_inputs(&mut after, &outputs, overlay).ok().map(|()| after)
 }
 
 /// The lock line the flush writes for a landed change: a passed task's
@@ -356,7 +354,7 @@ pub fn hashed_after(runner: &Runner, t: &PlannedTask) -> Option<PlannedTask> {
 /// none for it, else nothing (the line stands as recorded). Nothing with
 /// `--locked`, nor for an inline task. The entry learns the after-state first, when it does not
 /// know it yet.
-fn line_for(runner: &Runner, l: &mut Landing, after: Option<&PlannedTask>) -> Option<LockLine> {
+fn line_for(runner: &Runner, l: &Landing, after: Option<&PlannedTask>) -> Option<LockLine> {
     // An inline task (MCP) is recorded in the store only: the lock is the
     // record of task files.
     if runner.locked || l.t.inline() {
@@ -379,7 +377,7 @@ fn line_for(runner: &Runner, l: &mut Landing, after: Option<&PlannedTask>) -> Op
     };
     match &l.replayed {
         None => {
-            let entry = l.recorded.take().and_then(|r| complete(&r.entry)).map(|e| lock_line(&e));
+            let entry = l.recorded.as_ref().and_then(|r| complete(&r.entry)).map(|e| lock_line(&e));
             Some(LockLine { task, entry })
         }
         Some(e) => {

@@ -251,33 +251,46 @@ fn killed_while_recording_the_objects_the_task_runs_again() {
     every_hit("record-object", FILES, None, &Expect { recovered: Side::Old, state: "run", next: "passed", calls: 2 });
 }
 
+/// Recorded in the store, the journal not written yet: nothing of the
+/// change is in the tree, and the next run replays it.
 #[test]
 fn killed_once_recorded_the_task_is_replayed_never_run_again() {
-    for point in ["record-entry", "flush-begin", "flush-journal"] {
+    for point in ["record-entry", "flush-begin"] {
         every_hit(point, FILES, None, &REPLAYED);
     }
 }
 
+/// The build runs on a layer before the flush: killed around it, nothing
+/// reached the tree.
 #[test]
-fn killed_while_writing_files_the_change_is_rolled_back_and_replayed() {
-    every_hit("flush-temp", FILES, None, &REPLAYED);
-}
-
-#[test]
-fn killed_after_any_file_the_change_is_rolled_back_and_replayed() {
-    every_hit("flush-file", FILES, None, &REPLAYED);
-}
-
-#[test]
-fn killed_around_the_build_the_change_is_rolled_back_and_replayed() {
-    for point in ["flush-applied", "build-start", "build-end"] {
+fn killed_around_the_build_the_change_is_replayed() {
+    for point in ["build-start", "build-end"] {
         every_hit(point, FILES, Some("test -f new/dir/made.txt"), &REPLAYED);
     }
 }
 
+/// The journal, written whole and flushed before any file of the tree,
+/// holds the lock lines from the start (the after-states are hashed on
+/// the tree as the change will leave it): from then on the next command
+/// completes the change, whatever step the kill hit.
 #[test]
-fn killed_once_committed_the_change_is_completed() {
-    for point in ["flush-commit", "flush-lock", "flush-done"] {
+fn killed_once_journaled_the_change_is_completed() {
+    every_hit("flush-journal", FILES, None, &DONE);
+}
+
+#[test]
+fn killed_while_writing_files_the_change_is_completed() {
+    every_hit("flush-temp", FILES, None, &DONE);
+}
+
+#[test]
+fn killed_after_any_file_the_change_is_completed() {
+    every_hit("flush-file", FILES, None, &DONE);
+}
+
+#[test]
+fn killed_after_the_files_the_change_is_completed() {
+    for point in ["flush-applied", "flush-lock", "flush-done"] {
         every_hit(point, FILES, Some("true"), &DONE);
     }
 }
@@ -359,7 +372,7 @@ fn written(p: &Project, task: &str) -> usize {
 /// the run after that writes both without calling an agent again.
 #[test]
 fn killed_while_flushing_two_pending_changes_leaves_both_or_neither() {
-    for point in ["flush-checked", "flush-file", "flush-commit", "flush-done"] {
+    for point in ["flush-checked", "flush-journal", "flush-file", "flush-done"] {
         let mut n = 1;
         loop {
             let p = two_tasks();
@@ -404,9 +417,9 @@ fn killed_while_recovering_the_next_command_recovers() {
         let killed = std::os::unix::process::ExitStatusExt::signal(&out.status) == Some(9);
         as_killed(&p, files, &when);
         let (state, out) = if killed { plan(&p) } else { (plan(&p).0, out) };
-        assert!(out.stderr.contains("rolled back"), "{when}:\n{}", out.transcript());
-        assert_eq!(whole_files(&p, files, &format!("{when}, recovered")), Side::Old);
-        assert_eq!(state, "replay", "{when}");
+        assert!(out.stderr.contains("completed the integration"), "{when}:\n{}", out.transcript());
+        assert_eq!(whole_files(&p, files, &format!("{when}, recovered")), Side::New);
+        assert_eq!(state, "up-to-date", "{when}");
         if !killed {
             assert!(n > 1, "recover-file was never hit");
             return;
