@@ -132,6 +132,45 @@ pub fn detect_mode(exe: &Path, root: &Path, parent: &Path) -> (Mode, Option<Stri
     }
 }
 
+/// The program that runs the sandbox wrapper for every command of a task:
+/// [`crate::sandbox::WRAPPER_PROGRAM`] beside cassist (`exe`) when it is
+/// of this very build (it answers `--build-id` with
+/// [`crate::sandbox::build_id`]), else cassist itself (then said once,
+/// unless `quiet`: a wrapper of another build may behave otherwise, so it
+/// is never used). The answer is remembered in
+/// `.cassist/cache/sandbox-wrapper` by the program's path, size and times.
+pub fn wrapper_program(exe: &Path, root: &Path, quiet: bool) -> PathBuf {
+    let candidate = exe.with_file_name(crate::sandbox::WRAPPER_PROGRAM);
+    let Ok(meta) = std::fs::metadata(&candidate) else { return exe.to_path_buf() };
+    let id = crate::sandbox::build_id();
+    let s = Stamp::of(&meta);
+    let key = format!("{} {} {} {} {id}\n", candidate.display(), s.size, s.mtime_ns, s.ctime_ns);
+    let cache = crate::fsx::state_dir(root).join("cache").join("sandbox-wrapper");
+    if std::fs::read_to_string(&cache).is_ok_and(|k| k == key) {
+        return candidate;
+    }
+    let mut ask = process::Command::inheriting([candidate.as_os_str(), "--build-id".as_ref()]);
+    ask.timeout = Some(std::time::Duration::from_secs(10));
+    let answer = process::run(&ask, &process::Redactor::default(), &process::Cancel::new());
+    match answer {
+        Ok(done) if done.success() && done.tail.trim() == id => {
+            if crate::fsx::ensure_state_dir(root).is_ok() {
+                let _ = crate::fsx::write_cache(&cache, key.as_bytes());
+            }
+            candidate
+        }
+        _ => {
+            if !quiet {
+                crate::errln!(
+                    "note: {} is not of this cassist's build (reinstall both): cassist runs its sandbox wrapper itself, which starts slower",
+                    candidate.display()
+                );
+            }
+            exe.to_path_buf()
+        }
+    }
+}
+
 /// Where a probe that worked is remembered.
 fn probe_cache(root: &Path) -> PathBuf {
     crate::fsx::state_dir(root).join("cache").join("sandbox-probe")
@@ -221,7 +260,7 @@ pub fn start_stamp(root: &Path, scratch: &Path) -> std::io::Result<i128> {
 /// One task's workspace.
 pub struct Workspace {
     pub mode: Mode,
-    /// The cassist binary that runs the namespace wrapper.
+    /// The program that runs the sandbox wrapper ([`wrapper_program`]).
     exe: PathBuf,
     /// The user's project (canonical).
     pub root: PathBuf,

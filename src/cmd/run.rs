@@ -134,6 +134,7 @@ pub struct Settings {
 pub struct Prepared {
     plan: Plan,
     exe: PathBuf,
+    wrapper: PathBuf,
     workspaces: PathBuf,
     mode: Mode,
     run_dir: PathBuf,
@@ -160,6 +161,7 @@ pub fn prepare(plan: Plan, settings: &Settings) -> Result<Prepared> {
         }
     }
     let (mode, why) = detect_mode(&exe, &plan.project.root, &workspaces);
+    let wrapper = crate::workspace::wrapper_program(&exe, &plan.project.root, quiet);
     if mode == Mode::Copy && !quiet {
         let because = match why {
             Some(why) => format!("copy-on-write workspaces are unavailable here ({why})"),
@@ -190,6 +192,7 @@ pub fn prepare(plan: Plan, settings: &Settings) -> Result<Prepared> {
     Ok(Prepared {
         plan,
         exe,
+        wrapper,
         workspaces,
         mode,
         run_dir,
@@ -206,6 +209,7 @@ impl Prepared {
         Arc::new(Runner {
             plan: Arc::new(self.plan),
             exe: self.exe,
+            wrapper: self.wrapper,
             workspaces: self.workspaces,
             mode: self.mode,
             run_dir: self.run_dir,

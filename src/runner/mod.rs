@@ -83,8 +83,11 @@ impl TaskResult {
 /// Everything one task run needs; shared by the tasks running at once.
 pub struct Runner {
     pub plan: Arc<Plan>,
-    /// The cassist binary (it runs the workspace wrapper).
+    /// The cassist binary (it writes stored changes into a workspace).
     pub exe: PathBuf,
+    /// The program that runs the sandbox wrapper
+    /// ([`crate::workspace::wrapper_program`]).
+    pub wrapper: PathBuf,
     /// Where workspaces are made (outside the project).
     pub workspaces: PathBuf,
     pub mode: Mode,
@@ -342,7 +345,7 @@ impl Runner {
         // that lands later is.
         let (stack, view) = self.view();
         let mut ws =
-            Workspace::create_over(&self.exe, &self.plan.project.root, &self.workspaces, self.mode, name, stack)
+            Workspace::create_over(&self.wrapper, &self.plan.project.root, &self.workspaces, self.mode, name, stack)
                 .map_err(cannot)?;
         ws.view = view;
         ws.limits = self.plan.project.config.limits;

@@ -95,6 +95,47 @@ pub const WRAPPER_ENV: (&str, &str) = ("MIMALLOC_ALLOW_THP", "0");
 /// The hidden command that runs the sandbox wrapper ([`main`]).
 pub const WRAPPER_COMMAND: &str = "__sandbox-exec";
 
+/// The wrapper as a program of its own, installed beside cassist
+/// (`src/bin/cassist-sandbox.rs`): started for every command of a task,
+/// it maps, relocates and tears down a few hundred kilobytes where
+/// cassist's own image is a hundred megabytes (a millisecond or two per
+/// command). cassist falls back to running the wrapper itself
+/// (`cassist __sandbox-exec`) when it is missing or of another build.
+pub const WRAPPER_PROGRAM: &str = "cassist-sandbox";
+
+/// What identifies this build's wrapper: the version, and a hash of the
+/// wrapper's sources and of the dependencies' exact versions
+/// (`Cargo.lock`). A `cassist-sandbox` that answers anything else is not
+/// used.
+pub fn build_id() -> String {
+    format!("{}-{BUILD_HASH:016x}", env!("CARGO_PKG_VERSION"))
+}
+
+const BUILD_HASH: u64 = fnv1a(&[
+    include_bytes!("mod.rs"),
+    include_bytes!("mounts.rs"),
+    include_bytes!("confine.rs"),
+    include_bytes!("../../Cargo.toml"),
+    include_bytes!("../../Cargo.lock"),
+]);
+
+/// FNV-1a over `parts`, at compile time.
+const fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325_u64;
+    let mut i = 0;
+    while i < parts.len() {
+        let part = parts[i];
+        let mut j = 0;
+        while j < part.len() {
+            hash ^= part[j] as u64;
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+            j += 1;
+        }
+        i += 1;
+    }
+    hash
+}
+
 /// What `__sandbox-exec` is asked to do.
 #[derive(Debug, Clone, Default)]
 pub struct ExecSpec {
@@ -781,6 +822,16 @@ pub fn probe(dir: &Path, lower: Option<&Path>) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_build_id_is_the_version_and_a_hash() {
+        let id = build_id();
+        let (version, hash) = id.split_once('-').unwrap();
+        assert_eq!(version, env!("CARGO_PKG_VERSION"));
+        assert!(hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+        assert_eq!(fnv1a(&[b"a", b"b"]), fnv1a(&[b"ab"]), "over the bytes, whatever their parts");
+        assert_ne!(fnv1a(&[b"ab"]), fnv1a(&[b"ba"]));
+    }
 
     #[test]
     fn the_wrapper_reads_back_every_spec_it_is_given() {

@@ -633,3 +633,42 @@ fn a_probe_that_worked_is_remembered() {
     p.run(&["--no-cache"]).stderr_has("look: workspace: overlay").exec();
     assert_eq!(std::fs::read_to_string(&cache).unwrap(), key, "probed again");
 }
+
+/// Every command of a task starts through `cassist-sandbox` installed
+/// beside cassist when it is of the same build (the answer remembered in
+/// `.cassist/cache/sandbox-wrapper`); without one, or beside one of
+/// another build (said once, never started for a command), cassist runs
+/// the wrapper itself, and the task runs all the same.
+#[test]
+fn the_wrapper_program_of_the_same_build_is_used_and_no_other() {
+    let p = project("test #false", &[], &explore_task("look"));
+    // As cargo built them: side by side.
+    let done = p.run(&[]).exec();
+    assert_eq!(done.states()["look"], "passed", "{}", done.transcript());
+    let cache = p.path().join(".cassist/cache/sandbox-wrapper");
+    let sibling = Path::new(crate::support::CASSIST).with_file_name("cassist-sandbox");
+    let key = std::fs::read_to_string(&cache).unwrap();
+    assert!(key.starts_with(&format!("{} ", sibling.display())), "{key}");
+    // Installed alone.
+    let bin = tempfile::Builder::new().prefix("cassist-bin-").tempdir_in(p.path().parent().unwrap()).unwrap();
+    let exe = bin.path().join("cassist");
+    if std::fs::hard_link(crate::support::CASSIST, &exe).is_err() {
+        std::fs::copy(crate::support::CASSIST, &exe).unwrap();
+    }
+    std::fs::remove_file(&cache).unwrap();
+    let done = p.run(&["--no-cache"]).program(&exe).exec();
+    assert_eq!(done.states()["look"], "passed", "{}", done.transcript());
+    assert!(!done.stderr.contains("note:"), "{}", done.stderr);
+    assert!(!cache.exists(), "nothing to remember");
+    // Beside a `cassist-sandbox` of another build: asked, refused.
+    let calls = bin.path().join("calls");
+    let other = bin.path().join("cassist-sandbox");
+    std::fs::write(&other, format!("#!/bin/sh\necho \"$@\" >> {:?}\necho 0.0.0-0000000000000000\n", calls)).unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let done = p.run(&["--no-cache"]).program(&exe).exec();
+    assert_eq!(done.states()["look"], "passed", "{}", done.transcript());
+    let note = format!("note: {} is not of this cassist's build", other.display());
+    assert_eq!(done.stderr.matches(&note).count(), 1, "{}", done.stderr);
+    assert_eq!(std::fs::read_to_string(&calls).unwrap(), "--build-id\n", "started for a command");
+    assert!(!cache.exists(), "a refusal is not remembered");
+}
