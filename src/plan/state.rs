@@ -15,7 +15,7 @@
 //! [`Overlay`] of the tree; later tasks' inputs and outputs are hashed
 //! through it, as `run` sees them once the replay is done.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use super::State;
@@ -358,12 +358,26 @@ impl Overlay {
         let mut map: BTreeMap<String, String> =
             files.iter().filter_map(|f| Some((f.path.clone(), hashes.get(&f.path)?.clone()))).collect();
         if !self.is_empty() {
+            // The laid paths that count: those of the files resolved, and
+            // those the patterns match, looked for only under each
+            // pattern's literal folders (a flush lays a thousand tasks'
+            // changes, and hashes each of them over all of them).
             let matcher = Matcher::new(patterns);
-            for (path, laid) in &self.files {
-                if !map.contains_key(path) && !matcher.matches(path) {
-                    continue;
+            let mut laid: BTreeSet<&String> =
+                map.keys().filter_map(|p| self.files.get_key_value(p)).map(|(k, _)| k).collect();
+            for pattern in patterns {
+                let prefix = literal_prefix(pattern);
+                let under = self
+                    .files
+                    .range::<str, _>((std::ops::Bound::Included(prefix.as_str()), std::ops::Bound::Unbounded));
+                for (path, _) in under.take_while(|(p, _)| p.starts_with(&prefix)) {
+                    if matcher.matches(path) {
+                        laid.insert(path);
+                    }
                 }
-                match self.content(path, laid, hash_file) {
+            }
+            for path in laid {
+                match self.content(path, &self.files[path], hash_file) {
                     Some(h) => map.insert(path.clone(), h),
                     None => map.remove(path),
                 };
@@ -395,6 +409,25 @@ impl Overlay {
             }
         }
     }
+}
+
+/// What every path `pattern` matches starts with: its folders before the
+/// first one with a wildcard (a literal pattern: itself, which names a
+/// file or every file below a folder).
+fn literal_prefix(pattern: &str) -> String {
+    let pattern = normalize(pattern);
+    if is_literal(&pattern) {
+        return pattern;
+    }
+    let mut prefix = String::new();
+    for part in pattern.split('/') {
+        if !is_literal(part) {
+            break;
+        }
+        prefix.push_str(part);
+        prefix.push('/');
+    }
+    prefix
 }
 
 /// Whether a path is one a task's context patterns resolve to (the
@@ -475,6 +508,15 @@ mod tests {
         std::fs::write(&path, "untouched").unwrap();
         index.save(&lock).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "untouched");
+    }
+
+    #[test]
+    fn a_pattern_matches_only_below_its_literal_folders() {
+        assert_eq!(literal_prefix("src/*.py"), "src/");
+        assert_eq!(literal_prefix("./packages/p1/src/**/*.ts"), "packages/p1/src/");
+        assert_eq!(literal_prefix("lib"), "lib");
+        assert_eq!(literal_prefix("**/x.txt"), "");
+        assert_eq!(literal_prefix("{a,b}/x"), "");
     }
 
     #[test]
