@@ -26,8 +26,7 @@ pub fn finish_record(store: &Store, t: &PlannedTask, result: &TaskResult) -> std
         entry.records.extend(crate::runner::record::store_records(store, dir)?);
     }
     entry.duration_ms = result.end.report.duration_ms;
-    // Whole on disk already, and written again flushed by the
-    // integration's lock update.
+    // Whole on disk already: the records need no flush of their own.
     store.amend_entry(&entry)?;
     Ok(entry.patch)
 }

@@ -273,9 +273,10 @@ impl Store {
 
     /// [`Store::put_entry`] without a disk flush, for what only adds to an
     /// entry already on disk whole (a reader still never sees half a file;
-    /// after a power cut the entry may be the one before). The run's
-    /// records of a passed task go in this way: the integration that
-    /// follows writes the entry again, flushed, with its after-state.
+    /// after a power cut the entry may be the one before, which replays the
+    /// same change). A passed task's records and its after-state go in this
+    /// way: neither is needed to replay it, and the lock line holds the
+    /// after-state as well.
     pub fn amend_entry(&self, entry: &Entry) -> std::io::Result<()> {
         self.write_entry(entry, false)
     }

@@ -373,7 +373,10 @@ fn line_for(runner: &Runner, l: &Landing, after: Option<&PlannedTask>) -> Option
             store.read_entry(&e.before).ok().flatten().filter(|s| s.patch == e.patch).unwrap_or_else(|| e.clone());
         e.after = after.hash.clone();
         e.after_key = serde_json::to_value(&after.key).ok();
-        store.put_entry(&e).ok().map(|()| e)
+        // The entry is on disk whole already (flushed before the change
+        // reached the tree), and the lock line the journal writes holds
+        // the after-state too: no flush of its own.
+        store.amend_entry(&e).ok().map(|()| e)
     };
     match &l.replayed {
         None => {
