@@ -1573,3 +1573,40 @@ fn volatile_layers_mount_again() {
     let one = cs.changes.iter().find(|c| c.path == "one.txt").unwrap();
     assert_eq!(one.new.as_deref(), Some(&b"one\nthree\n"[..]));
 }
+
+/// cassist starts the wrapper without a hook between fork and exec (no
+/// parent-death signal set for it): the wrapper sets its own and checks
+/// that the process it was told (`--parent`, cassist) is still its parent.
+/// Told a parent that is not its own — as when cassist died before the
+/// wrapper got that far — it ends at once, and takes its command with it,
+/// in both modes.
+#[test]
+fn a_wrapper_whose_cassist_is_gone_ends_with_its_command() {
+    let mut modes = vec![false];
+    if overlay_available() {
+        modes.push(true);
+    }
+    for namespaces in modes {
+        let marker = unique_marker("orphan-wrapper");
+        let mut args: Vec<String> = vec!["__sandbox-exec".into(), "--cwd".into(), "/tmp".into()];
+        if namespaces {
+            args.push("--namespaces".into());
+        }
+        // PID 1 is never the wrapper's parent here: the test is.
+        args.extend(["--parent", "1", "--", "sh", "-c", &format!("sleep 30 # {marker}")].map(String::from));
+        let started = Instant::now();
+        let out = Command::new(CASSIST).args(&args).stdin(Stdio::null()).output().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "namespaces {namespaces}: the wrapper waited for its command"
+        );
+        assert!(
+            out.status.signal() == Some(9) || out.status.code() == Some(128 + 9),
+            "namespaces {namespaces}: {:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let what = format!("namespaces {namespaces}: no process of its command left");
+        wait_until(Duration::from_secs(5), &what, || processes_with(&marker).is_empty());
+    }
+}
