@@ -104,6 +104,15 @@ impl FileHashCache {
         parse_entry(&self.text[l.start..l.path])
     }
 
+    /// The hex blake3 hash of the file at `path` (relative to `root`), as
+    /// [`Self::hash_files`] finds it; `None` when it is no readable file.
+    pub fn hash_path(&mut self, root: &Path, path: &str) -> Option<String> {
+        let m = std::fs::metadata(root.join(path)).ok().filter(|m| m.is_file())?;
+        let f = ResolvedFile { path: path.to_owned(), stamp: Stamp::of(&m) };
+        let h = self.hash_files(root, &[&f]).ok()?.pop()?;
+        Some(blake3::Hash::from(h).to_hex().to_string())
+    }
+
     /// The blake3 hash of each file, in order. Files whose size, mtime and
     /// inode match the cache are not read.
     pub fn hash_files(

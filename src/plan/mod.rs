@@ -685,12 +685,7 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
             task,
         };
         let root = &project.root;
-        let mut hash_file = |path: &str| -> Option<String> {
-            let m = std::fs::metadata(root.join(path)).ok().filter(|m| m.is_file())?;
-            let f = ResolvedFile { path: path.to_owned(), stamp: crate::paths::Stamp::of(&m) };
-            let h = cache.hash_files(root, &[&f]).ok()?.pop()?;
-            Some(blake3::Hash::from(h).to_hex().to_string())
-        };
+        let mut hash_file = |path: &str| cache.hash_path(root, path);
         let (instructions, context, reference) = if overlay.is_empty() {
             let file_inputs = |kind: &'static str, files: &[ResolvedFile]| -> Vec<Input> {
                 files
@@ -934,12 +929,7 @@ impl Plan {
                     .zip(hashes)
                     .map(|(f, h)| (f.path.clone(), blake3::Hash::from(h).to_hex().to_string()))
                     .collect();
-                let mut hash_file = |path: &str| -> Option<String> {
-                    let m = std::fs::metadata(root.join(path)).ok().filter(|m| m.is_file())?;
-                    let f = ResolvedFile { path: path.to_owned(), stamp: crate::paths::Stamp::of(&m) };
-                    let h = cache.hash_files(root, &[&f]).ok()?.pop()?;
-                    Some(blake3::Hash::from(h).to_hex().to_string())
-                };
+                let mut hash_file = |path: &str| cache.hash_path(root, path);
                 Ok(overlay.inputs(kind, patterns, files, &hashes, &mut hash_file))
             };
         let instructions = inputs("instructions", &instruction_patterns, &instr)?;
