@@ -438,6 +438,13 @@ impl Workspace {
         Ok(out)
     }
 
+    /// [`Self::command`] as the command the runner starts, in the
+    /// workspace's folder: through the wrapper, which sees itself to dying
+    /// with cassist ([`process::Command::sandboxed`]).
+    pub fn sandboxed(&self, layer: Layer, argv: Vec<OsString>, jail: Jail) -> std::io::Result<process::Command> {
+        Ok(process::Command::sandboxed(self.command(layer, argv, jail)?, self.dir.clone()))
+    }
+
     /// `argv` in the agent's layer, unconfined (own session and
     /// namespaces only): for tests of the workspace itself.
     pub fn wrap(&self, argv: Vec<OsString>) -> std::io::Result<Vec<OsString>> {

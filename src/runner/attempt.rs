@@ -154,8 +154,7 @@ impl TaskContext<'_> {
                 model: t.model.as_deref().unwrap_or(""),
             },
         );
-        let argv = self.ws.command(Layer::Agent, argv, jail)?;
-        let mut cmd = process::Command::sandboxed(argv, self.ws.dir.clone());
+        let mut cmd = self.ws.sandboxed(Layer::Agent, argv, jail)?;
         cmd.env = env;
         cmd.stdin = inv.stdin_prompt.then(|| req.prompt.to_owned().into_bytes());
         cmd.timeout = Some(req.timeout);

@@ -138,8 +138,7 @@ impl<'a> TaskContext<'a> {
             std::fs::create_dir_all(&tmp)?;
         }
         let jail = self.runner.jail(role, self.t.sandbox, &self.ws, None, None, &self.base_env);
-        let argv = self.ws.command(layer, vec!["sh".into(), "-c".into(), cmd.into()], jail)?;
-        let mut c = process::Command::sandboxed(argv, self.ws.dir.clone());
+        let mut c = self.ws.sandboxed(layer, vec!["sh".into(), "-c".into(), cmd.into()], jail)?;
         c.env = self.base_env.clone();
         c.timeout = timeout;
         c.transcript = Some(log.to_path_buf());

@@ -5,7 +5,6 @@
 use std::path::Path;
 
 use crate::changes::ChangeSet;
-use crate::process;
 use crate::store::Entry;
 use crate::workspace::Layer;
 
@@ -46,11 +45,10 @@ impl TaskContext<'_> {
         let exe = self.runner.exe.clone().into_os_string();
         let io = spec.parent().map(Path::to_path_buf);
         let jail = self.runner.jail(Role::Replay, self.t.sandbox, &self.ws, io.as_deref(), None, &self.base_env);
-        let argv = self
+        let mut c = self
             .ws
-            .command(Layer::Agent, vec![exe, "__apply-changes".into(), spec.into_os_string()], jail)
+            .sandboxed(Layer::Agent, vec![exe, "__apply-changes".into(), spec.into_os_string()], jail)
             .map_err(|e| cannot(&e))?;
-        let mut c = process::Command::sandboxed(argv, self.ws.dir.clone());
         c.env = self.base_env.clone();
         c.transcript = Some(self.record.join("replay.log"));
         match self.runner.run(&c) {
