@@ -1,10 +1,10 @@
-//! `cassist-sandbox`: the sandbox wrapper of `cassist::sandbox` as a
+//! `cassist-sandbox`: the sandbox wrapper of `cassist_sandbox::sandbox` as a
 //! program of its own, installed beside `cassist`. cassist starts it for
 //! every command of a task (`cassist-sandbox __sandbox-exec ARGS`, the
 //! arguments `cassist __sandbox-exec` takes); being small, it maps,
 //! relocates and exits in a fraction of the time cassist's own image
 //! takes. cassist uses it only when it answers `--build-id` with cassist's
-//! own build ([`cassist::sandbox::build_id`]).
+//! own build ([`cassist_sandbox::sandbox::build_id`]).
 
 use std::io::Write;
 
@@ -12,11 +12,11 @@ fn main() {
     let mut args = std::env::args_os().skip(1).peekable();
     match args.peek().and_then(|a| a.to_str()) {
         Some("--build-id") => {
-            let _ = writeln!(std::io::stdout(), "{}", cassist::sandbox::build_id());
+            let _ = writeln!(std::io::stdout(), "{}", cassist_sandbox::sandbox::build_id());
         }
-        Some(cassist::sandbox::WRAPPER_COMMAND) => {
+        Some(cassist_sandbox::sandbox::WRAPPER_COMMAND) => {
             args.next();
-            cassist::sandbox::main(args)
+            cassist_sandbox::sandbox::main(args)
         }
         _ => {
             let _ = writeln!(

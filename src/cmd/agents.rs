@@ -4,11 +4,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{Error, Result};
-use crate::agent::{builtin_program, version_of, which};
 use crate::report::Output;
 use crate::report::table::Table;
-use crate::spec::Diagnostics;
-use crate::spec::{BUILTIN_AGENTS, CustomAgentDef};
+use cassist_core::spec::Diagnostics;
+use cassist_core::spec::{BUILTIN_AGENTS, CustomAgentDef};
+use cassist_run::agent::{builtin_program, version_of, which};
 
 struct Row {
     name: String,
@@ -21,7 +21,7 @@ struct Row {
 
 pub fn run(cwd: &Path, out: &Output) -> Result {
     let mut diags = Diagnostics::default();
-    let project = crate::project::Project::load(cwd, &mut diags);
+    let project = cassist_core::project::Project::load(cwd, &mut diags);
     if diags.has_errors() {
         return Err(Error::Invalid(diags.sorted()));
     }
@@ -107,16 +107,16 @@ pub fn run(cwd: &Path, out: &Output) -> Result {
             r.program.clone(),
             installed,
             // What the program printed: shown, never sent to the terminal.
-            r.version.as_deref().map_or_else(|| "-".to_owned(), |v| crate::text::printable(v).into_owned()),
+            r.version.as_deref().map_or_else(|| "-".to_owned(), |v| cassist_core::text::printable(v).into_owned()),
         ]);
     }
-    crate::out!("{}", table.render(|h| out.dim(h)));
+    cassist_core::out!("{}", table.render(|h| out.dim(h)));
     // How to install the missing CLIs: whole lines, to paste into a shell.
     let missing: Vec<&Row> = rows.iter().filter(|r| r.kind == "built-in" && r.found.is_none()).collect();
     if !missing.is_empty() {
-        crate::outln!("\nTo install a missing CLI, run its line:");
+        cassist_core::outln!("\nTo install a missing CLI, run its line:");
         for r in missing {
-            crate::outln!("  {}", r.hint);
+            cassist_core::outln!("  {}", r.hint);
         }
     }
     Ok(())

@@ -8,20 +8,20 @@ use super::{Error, Result};
 use crate::cli::CacheCommand;
 use crate::report::Output;
 use crate::report::table::Table;
-use crate::store::Store;
+use cassist_core::store::Store;
 
 pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
-    let root = crate::project::find_root(cwd);
+    let root = cassist_core::project::find_root(cwd);
     let root = std::fs::canonicalize(&root).unwrap_or(root);
     let store = Store::open(&root);
     match command {
         CacheCommand::Ls => {
             let entries = store.list();
             if entries.is_empty() {
-                crate::outln!("the store is empty ({})", store.dir().display());
+                cassist_core::outln!("the store is empty ({})", store.dir().display());
                 return Ok(());
             }
-            let lock = crate::lock::Lock::load(&root).unwrap_or_default();
+            let lock = cassist_core::lock::Lock::load(&root).unwrap_or_default();
             // Which entries the remote also has (a column when there is a
             // remote that answers).
             // A config that does not read (or a bad key) leaves the
@@ -31,7 +31,7 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
                 let befores: Vec<String> = entries.iter().map(|(e, _, _)| e.before.clone()).collect();
                 let (have, warning) = r.has_entries(&befores);
                 if let Some(w) = warning {
-                    crate::errln!("warning: {w}");
+                    cassist_core::errln!("warning: {w}");
                 }
                 have
             });
@@ -46,8 +46,8 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
                 let age = now.duration_since(*when).map_or("-".to_owned(), |d| human_age(d.as_secs()));
                 let locked = lock.tasks.get(&e.task).is_some_and(|l| l.before == e.before);
                 // An agent's text: shown, never sent to the terminal.
-                let summary = crate::text::printable(e.summary.as_deref().unwrap_or(""));
-                let summary = crate::text::first_line(&summary, 50).into_owned();
+                let summary = cassist_core::text::printable(e.summary.as_deref().unwrap_or(""));
+                let summary = cassist_core::text::first_line(&summary, 50).into_owned();
                 let mut row = vec![
                     e.task.clone(),
                     e.before[..12].to_owned(),
@@ -61,8 +61,8 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
                 row.push(summary);
                 table.row(row);
             }
-            crate::out!("{}", table.render(|h| out.dim(h)));
-            crate::outln!(
+            cassist_core::out!("{}", table.render(|h| out.dim(h)));
+            cassist_core::outln!(
                 "{} entr{}, {} on disk in {} (SIZE: what removing the entry alone frees)",
                 entries.len(),
                 if entries.len() == 1 { "y" } else { "ies" },
@@ -72,39 +72,39 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
             Ok(())
         }
         CacheCommand::Gc { keep } => {
-            let lock = crate::lock::Lock::load(&root).map_err(|e| Error::Input(e.0))?;
+            let lock = cassist_core::lock::Lock::load(&root).map_err(|e| Error::Input(e.0))?;
             let referenced: HashSet<String> = lock.tasks.values().map(|l| l.before.clone()).collect();
-            let _guard = crate::store::ProjectLock::acquire(&root, || {
-                crate::errln!("waiting for a cassist run on this project to finish...")
+            let _guard = cassist_core::store::ProjectLock::acquire(&root, || {
+                cassist_core::errln!("waiting for a cassist run on this project to finish...")
             });
             let (removed, freed) =
                 store.gc(&referenced, *keep).map_err(|e| Error::Internal(format!("cannot collect the store: {e}")))?;
-            crate::outln!(
+            cassist_core::outln!(
                 "removed {removed} entr{}, freed {}",
                 if removed == 1 { "y" } else { "ies" },
                 human_size(freed)
             );
             // The workspaces kept for the user (--keep-workspace, blocked
             // tasks) stay until now.
-            let (kept, bytes) = crate::workspace::remove_kept(&crate::workspace::parent_dir(&root), &root);
+            let (kept, bytes) = cassist_run::workspace::remove_kept(&cassist_run::workspace::parent_dir(&root), &root);
             if kept > 0 {
-                crate::outln!("removed {kept} kept workspace(s), freed {}", human_size(bytes));
+                cassist_core::outln!("removed {kept} kept workspace(s), freed {}", human_size(bytes));
             }
             Ok(())
         }
         CacheCommand::Clean => {
-            let _guard = crate::store::ProjectLock::acquire(&root, || {
-                crate::errln!("waiting for a cassist run on this project to finish...")
+            let _guard = cassist_core::store::ProjectLock::acquire(&root, || {
+                cassist_core::errln!("waiting for a cassist run on this project to finish...")
             });
             let bytes = store.disk_bytes();
             store.clean().map_err(|e| Error::Internal(format!("cannot remove {}: {e}", store.dir().display())))?;
-            crate::outln!("removed {}, freed {}", store.dir().display(), human_size(bytes));
+            cassist_core::outln!("removed {}, freed {}", store.dir().display(), human_size(bytes));
             Ok(())
         }
         CacheCommand::Keygen => {
-            let (public, secret) = crate::remote::sign::keygen().map_err(Error::Internal)?;
-            crate::outln!("public {public}");
-            crate::outln!("secret {secret}");
+            let (public, secret) = cassist_remote::sign::keygen().map_err(Error::Internal)?;
+            cassist_core::outln!("public {public}");
+            cassist_core::outln!("secret {secret}");
             Ok(())
         }
         CacheCommand::Push => push(&root, &store, out),
@@ -114,9 +114,9 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
 
 /// The remote of the project at `root` (its `cassist.kdl` and the
 /// environment).
-fn open_remote(root: &Path) -> Result<Option<crate::remote::Remote>> {
-    let mut diags = crate::spec::Diagnostics::default();
-    let project = crate::project::Project::load(root, &mut diags);
+fn open_remote(root: &Path) -> Result<Option<cassist_remote::Remote>> {
+    let mut diags = cassist_core::spec::Diagnostics::default();
+    let project = cassist_core::project::Project::load(root, &mut diags);
     if diags.has_errors() {
         return Err(Error::Invalid(diags.sorted()));
     }
@@ -134,7 +134,7 @@ fn push(root: &Path, store: &Store, out: &Output) -> Result {
     if !remote.can_write() {
         return Err(Error::Input(format!(
             "pushing needs a signing key: set {} to the `secret` line of `cassist cache keygen`",
-            crate::remote::ENV_SIGNING_KEY
+            cassist_remote::ENV_SIGNING_KEY
         )));
     }
     let entries = store.list();
@@ -154,10 +154,10 @@ fn push(root: &Path, store: &Store, out: &Output) -> Result {
     }
     let (sent, warnings) = remote.finish_uploads(PUSH_WAIT);
     for w in &warnings {
-        crate::errln!("warning: {w}");
+        cassist_core::errln!("warning: {w}");
     }
     if !out.quiet {
-        crate::outln!(
+        cassist_core::outln!(
             "pushed {sent} entr{} to {}; {skipped} already there",
             if sent == 1 { "y" } else { "ies" },
             remote.url()
@@ -169,7 +169,7 @@ fn push(root: &Path, store: &Store, out: &Output) -> Result {
 /// `cache pull [PATH...]`: the tasks in PATH whose state would be `run`
 /// are looked up remotely; what passes every check lands in the store.
 fn pull(cwd: &Path, args: &crate::cli::TaskArgs, out: &Output) -> Result {
-    let loaded = crate::plan::load(cwd, &super::load_options(args)).map_err(Error::Invalid)?;
+    let loaded = cassist_core::plan::load(cwd, &super::load_options(args)).map_err(Error::Invalid)?;
     let remote = super::open_remote(&loaded.project.config)?.ok_or_else(|| {
         Error::Input("no remote cache: configure `cache { remote \"…\" }` in cassist.kdl, or set CASSIST_REMOTE".into())
     })?;
@@ -177,11 +177,11 @@ fn pull(cwd: &Path, args: &crate::cli::TaskArgs, out: &Output) -> Result {
     out.print_diagnostics(&plan.warnings);
     let pulled = plan.tasks.iter().filter(|t| t.cached.remote).count();
     if !out.quiet {
-        crate::outln!(
+        cassist_core::outln!(
             "pulled {pulled} entr{} from {}; {} task(s) still to run",
             if pulled == 1 { "y" } else { "ies" },
             remote.url(),
-            plan.tasks.iter().filter(|t| t.state == crate::plan::State::Run).count()
+            plan.tasks.iter().filter(|t| t.state == cassist_core::plan::State::Run).count()
         );
     }
     Ok(())

@@ -7,13 +7,13 @@ use crate::cli::TaskArgs;
 use crate::report::Output;
 
 pub fn run(cwd: &Path, args: &TaskArgs, out: &Output) -> Result {
-    let loaded = crate::plan::load(cwd, &super::load_options(args)).map_err(Error::Invalid)?;
+    let loaded = cassist_core::plan::load(cwd, &super::load_options(args)).map_err(Error::Invalid)?;
     out.print_diagnostics(&loaded.warnings);
     if !out.quiet {
         let mut files: Vec<&str> = loaded.tasks.iter().map(|t| t.source.name.as_str()).collect();
         files.dedup();
         let n = loaded.tasks.len();
-        crate::outln!(
+        cassist_core::outln!(
             "{} {n} task{} in {} file{}",
             out.green("ok:"),
             if n == 1 { "" } else { "s" },

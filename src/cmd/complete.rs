@@ -35,7 +35,7 @@ pub fn print_script(shell: clap_complete::Shell) -> Result {
     completer
         .write_registration(VAR, "cassist", "cassist", "cassist", &mut buf)
         .map_err(|e| Error::Internal(format!("cannot write the completion script: {e}")))?;
-    crate::out!("{}", String::from_utf8_lossy(&buf));
+    cassist_core::out!("{}", String::from_utf8_lossy(&buf));
     Ok(())
 }
 
@@ -63,15 +63,15 @@ fn task_names() -> Vec<CompletionCandidate> {
         Some(dir) => here.join(dir),
         None => here,
     };
-    let root = crate::project::find_root(&cwd);
-    let Ok(files) = crate::plan::discover::task_files(&cwd, &root, &[]) else { return Vec::new() };
+    let root = cassist_core::project::find_root(&cwd);
+    let Ok(files) = cassist_core::plan::discover::task_files(&cwd, &root, &[]) else { return Vec::new() };
     let mut names = Vec::new();
     for path in files {
-        let Ok(src) = crate::spec::read_source(&path, path.display().to_string()) else { continue };
-        let mut diags = crate::spec::Diagnostics::default();
-        for task in crate::spec::task::parse_task_file(&src, &mut diags).unwrap_or_default() {
+        let Ok(src) = cassist_core::spec::read_source(&path, path.display().to_string()) else { continue };
+        let mut diags = cassist_core::spec::Diagnostics::default();
+        for task in cassist_core::spec::task::parse_task_file(&src, &mut diags).unwrap_or_default() {
             let help = task.goal.split_whitespace().collect::<Vec<_>>().join(" ");
-            let help = crate::text::truncate(&help, 60).into_owned();
+            let help = cassist_core::text::truncate(&help, 60).into_owned();
             names.push(CompletionCandidate::new(OsString::from(task.name)).help(Some(help.into())));
         }
     }

@@ -41,7 +41,7 @@ pub fn run(cwd: &Path, given: &Path, out: &Output) -> Result {
     write_files(&target)
         .map_err(|e| Error::Internal(format!("cannot write the demo into {}: {e}", given.display())))?;
     if !out.quiet {
-        crate::errln!("wrote the bundled demo into {}; running `cassist run tasks/` there", given.display());
+        cassist_core::errln!("wrote the bundled demo into {}; running `cassist run tasks/` there", given.display());
     }
     std::env::set_current_dir(&target)
         .map_err(|e| Error::Internal(format!("cannot enter {}: {e}", given.display())))?;
@@ -51,7 +51,7 @@ pub fn run(cwd: &Path, given: &Path, out: &Output) -> Result {
     };
     let result = super::run::run(&target, &args, out);
     if !out.quiet {
-        crate::outln!("{}", next_steps(given, result.is_ok()));
+        cassist_core::outln!("{}", next_steps(given, result.is_ok()));
     }
     result
 }
@@ -107,7 +107,7 @@ mod tests {
         }
         let mut in_repo = Vec::new();
         for dir in ["tasks", "fixtures/demo"] {
-            for entry in crate::paths::project_walker(&repo.join(dir), true) {
+            for entry in cassist_core::paths::project_walker(&repo.join(dir), true) {
                 if entry.file_type().is_some_and(|t| t.is_file()) {
                     let rel = entry.path().strip_prefix(repo).unwrap().to_string_lossy().into_owned();
                     in_repo.push(rel);

@@ -3,7 +3,7 @@
 //! [`Error::code`], the one place the codes of `exit.rs` are chosen.
 
 use crate::report::Output;
-use crate::spec::SpecDiagnostic;
+use cassist_core::spec::SpecDiagnostic;
 
 /// What a command could not do, with the words the user is shown.
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +40,7 @@ pub enum Error {
 impl Error {
     /// The exit code (SPEC 5).
     pub fn code(&self) -> i32 {
-        use crate::exit;
+        use cassist_core::exit;
         match self {
             Error::Usage(e) if !e.use_stderr() => exit::SUCCESS,
             Error::Usage(_) | Error::Invalid(_) | Error::Input(_) => exit::INVALID_INPUT,
@@ -57,9 +57,9 @@ impl Error {
                 let _ = e.print();
             }
             Error::Invalid(diags) => out.print_diagnostics(diags),
-            Error::Input(m) | Error::Internal(m) => crate::errln!("error: {m}"),
-            Error::Helper(m) => crate::errln!("cassist: {m}"),
-            Error::Locked(_) | Error::Interrupted => crate::errln!("{self}"),
+            Error::Input(m) | Error::Internal(m) => cassist_core::errln!("error: {m}"),
+            Error::Helper(m) => cassist_core::errln!("cassist: {m}"),
+            Error::Locked(_) | Error::Interrupted => cassist_core::errln!("{self}"),
             Error::TaskFailed => {}
         }
     }
@@ -81,7 +81,7 @@ fn locked(tasks: &[(String, Vec<String>)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exit;
+    use cassist_core::exit;
 
     #[test]
     fn each_failure_has_its_documented_code() {

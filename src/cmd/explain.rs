@@ -1,5 +1,5 @@
 //! `cassist explain TASK`: each named input with its hash (names and
-//! reasons through [`crate::text::printable`]: a file name may be an
+//! reasons through [`cassist_core::text::printable`]: a file name may be an
 //! agent's).
 
 use std::path::Path;
@@ -18,19 +18,19 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, json: bool, out: &Output) ->
             name: &'a str,
             hash: &'a str,
             state: &'static str,
-            key: &'a crate::plan::hash::InputKey,
+            key: &'a cassist_core::plan::hash::InputKey,
         }
         let doc = Doc { name: &task.task.name, hash: &task.hash, state: task.state.as_str(), key: &task.key };
-        crate::outln!("{}", super::to_json(&doc)?);
+        cassist_core::outln!("{}", super::to_json(&doc)?);
         return Ok(());
     }
-    crate::outln!("{} {} ({})", out.bold("task"), task.task.name, task.task.source.name);
-    crate::outln!("{} {}", out.bold("hash"), task.hash);
-    crate::outln!("{} {}", out.bold("state"), task.shown_state());
-    for reason in crate::cache::why(&plan, task) {
-        crate::outln!("  {}", crate::text::printable(&reason));
+    cassist_core::outln!("{} {} ({})", out.bold("task"), task.task.name, task.task.source.name);
+    cassist_core::outln!("{} {}", out.bold("hash"), task.hash);
+    cassist_core::outln!("{} {}", out.bold("state"), task.shown_state());
+    for reason in cassist_run::cache::why(&plan, task) {
+        cassist_core::outln!("  {}", cassist_core::text::printable(&reason));
     }
-    crate::outln!();
+    cassist_core::outln!();
     // Each input against the recorded one (the state the last run left).
     let recorded: std::collections::HashMap<(String, String), String> = plan
         .lock
@@ -54,8 +54,8 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, json: bool, out: &Output) ->
             Some(_) => out.yellow("changed"),
             None => out.yellow("new"),
         };
-        table.row(vec![i.kind.to_owned(), crate::text::printable(&i.name).into_owned(), hash, mark]);
+        table.row(vec![i.kind.to_owned(), cassist_core::text::printable(&i.name).into_owned(), hash, mark]);
     }
-    crate::out!("{}", table.render(|h| out.dim(h)));
+    cassist_core::out!("{}", table.render(|h| out.dim(h)));
     Ok(())
 }

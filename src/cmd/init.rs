@@ -86,7 +86,7 @@ fn example_task(cwd: &Path) -> String {
 }
 
 pub fn run(cwd: &Path, out: &Output) -> Result {
-    let config = cwd.join(crate::project::CONFIG_FILE);
+    let config = cwd.join(cassist_core::project::CONFIG_FILE);
     let example = cwd.join("tasks").join("example.kdl");
     let existing: Vec<String> = [&config, &example]
         .iter()
@@ -94,7 +94,7 @@ pub fn run(cwd: &Path, out: &Output) -> Result {
         .map(|p| p.strip_prefix(cwd).unwrap_or(p).display().to_string())
         .collect();
     if !existing.is_empty() {
-        let d = crate::spec::SpecDiagnostic::error(
+        let d = cassist_core::spec::SpecDiagnostic::error(
             "init-exists",
             format!("{} already exist{}", existing.join(" and "), if existing.len() == 1 { "s" } else { "" }),
         )
@@ -106,8 +106,8 @@ pub fn run(cwd: &Path, out: &Output) -> Result {
         .and_then(|_| write_new(&example, &example_task(cwd)))
         .map_err(|e| Error::Internal(format!("cannot write the files: {e}")))?;
     if !out.quiet {
-        crate::outln!("wrote cassist.kdl and tasks/example.kdl");
-        crate::outln!("next: edit tasks/example.kdl, then `cassist check` and `cassist plan`");
+        cassist_core::outln!("wrote cassist.kdl and tasks/example.kdl");
+        cassist_core::outln!("next: edit tasks/example.kdl, then `cassist check` and `cassist plan`");
     }
     Ok(())
 }

@@ -19,8 +19,8 @@ pub use complete::answer_shell;
 pub use error::Error;
 
 use crate::cli::{Command, TaskArgs};
-use crate::plan::{LoadOptions, Loaded, Plan};
 use crate::report::Output;
+use cassist_core::plan::{LoadOptions, Loaded, Plan};
 
 /// What a command gives back.
 pub type Result<T = ()> = std::result::Result<T, Error>;
@@ -30,7 +30,7 @@ pub type Result<T = ()> = std::result::Result<T, Error>;
 pub fn run(command: Command, dir: Option<&Path>, out: &Output) -> Result {
     // A helper in a workspace: the folder it is started in is its own.
     if let Command::ApplyChanges { spec } = &command {
-        return crate::cache::apply_changes(spec).map_err(Error::Helper);
+        return cassist_run::cache::apply_changes(spec).map_err(Error::Helper);
     }
     let cwd = enter(dir)?;
     dispatch(command, &cwd, out)
@@ -49,7 +49,7 @@ fn dispatch(command: Command, cwd: &Path, out: &Output) -> Result {
     // cassist left in it; `check` stays read-only; `run` does it once it
     // holds the project lock (cmd/run.rs).
     if matches!(command, Command::Plan { .. } | Command::Prompt { .. } | Command::Explain { .. } | Command::Cache(_)) {
-        let root = crate::project::find_root(cwd);
+        let root = cassist_core::project::find_root(cwd);
         recover(&std::fs::canonicalize(&root).unwrap_or(root), false);
     }
     match command {
@@ -77,18 +77,18 @@ fn dispatch(command: Command, cwd: &Path, out: &Output) -> Result {
 /// holds it (a run in progress: the integration is its own) nothing is
 /// done.
 pub fn recover(root: &Path, held: bool) {
-    if !crate::journal::pending(root) {
+    if !cassist_core::journal::pending(root) {
         return;
     }
     let _lock = match held {
         true => None,
-        false => match crate::store::ProjectLock::try_acquire(root) {
+        false => match cassist_core::store::ProjectLock::try_acquire(root) {
             Ok(Some(lock)) => Some(lock),
             _ => return,
         },
     };
-    if let Some(done) = crate::journal::recover(root) {
-        crate::errln!("note: {done}");
+    if let Some(done) = cassist_core::journal::recover(root) {
+        cassist_core::errln!("note: {done}");
     }
 }
 
@@ -106,22 +106,22 @@ pub fn load_options(args: &TaskArgs) -> LoadOptions {
 /// command edge (planning runs nothing), through the cache in
 /// `.cassist/cache/agent-versions` (an unchanged CLI is not asked again).
 pub fn plan_loaded(loaded: Loaded) -> Result<Plan> {
-    let state = crate::fsx::state_dir(&loaded.project.root);
+    let state = cassist_core::fsx::state_dir(&loaded.project.root);
     let versions = loaded
         .builtin_agents()
         .into_iter()
         .map(|name| {
-            let version = crate::agent::cached_version(&state, &name);
+            let version = cassist_run::agent::cached_version(&state, &name);
             (name, version)
         })
         .collect();
-    crate::plan::timing("agent versions");
-    crate::plan::plan(loaded, versions).map_err(|d| Error::Invalid(vec![d]))
+    cassist_core::plan::timing("agent versions");
+    cassist_core::plan::plan(loaded, versions).map_err(|d| Error::Invalid(vec![d]))
 }
 
 /// Loads and plans, printing the warnings.
 fn load_plan(cwd: &Path, args: &TaskArgs, out: &Output) -> Result<Plan> {
-    let loaded = crate::plan::load(cwd, &load_options(args)).map_err(Error::Invalid)?;
+    let loaded = cassist_core::plan::load(cwd, &load_options(args)).map_err(Error::Invalid)?;
     let plan = plan_loaded(loaded)?;
     out.print_diagnostics(&plan.warnings);
     Ok(plan)
@@ -130,7 +130,7 @@ fn load_plan(cwd: &Path, args: &TaskArgs, out: &Output) -> Result<Plan> {
 /// Loads and plans with the remote cache: the tasks in state `run` are
 /// looked up remotely ([`plan_with_remote`]); the warnings are printed.
 fn load_plan_remote(cwd: &Path, args: &TaskArgs, out: &Output) -> Result<Plan> {
-    let loaded = crate::plan::load(cwd, &load_options(args)).map_err(Error::Invalid)?;
+    let loaded = cassist_core::plan::load(cwd, &load_options(args)).map_err(Error::Invalid)?;
     let remote = open_remote(&loaded.project.config)?;
     let plan = plan_with_remote(cwd, &load_options(args), loaded, remote.as_ref())?;
     out.print_diagnostics(&plan.warnings);
@@ -139,8 +139,8 @@ fn load_plan_remote(cwd: &Path, args: &TaskArgs, out: &Output) -> Result<Plan> {
 
 /// The project's remote cache, if one is configured and not turned off
 /// (`CASSIST_REMOTE=off`); a bad URL or key is invalid input.
-pub fn open_remote(config: &crate::spec::ProjectConfig) -> Result<Option<crate::remote::Remote>> {
-    crate::remote::Remote::open(config).map_err(|d| Error::Invalid(vec![d]))
+pub fn open_remote(config: &cassist_core::spec::ProjectConfig) -> Result<Option<cassist_remote::Remote>> {
+    cassist_remote::Remote::open(config).map_err(|d| Error::Invalid(vec![d]))
 }
 
 /// Plans `loaded`; with a remote, the tasks in state `run` are looked up
@@ -154,7 +154,7 @@ pub fn plan_with_remote(
     cwd: &Path,
     opts: &LoadOptions,
     loaded: Loaded,
-    remote: Option<&crate::remote::Remote>,
+    remote: Option<&cassist_remote::Remote>,
 ) -> Result<Plan> {
     let mut plan = plan_loaded(loaded)?;
     let Some(remote) = remote else {
@@ -168,7 +168,7 @@ pub fn plan_with_remote(
         let wanted: Vec<(String, String)> = plan
             .tasks
             .iter()
-            .filter(|t| t.state == crate::plan::State::Run)
+            .filter(|t| t.state == cassist_core::plan::State::Run)
             .flat_map(|t| {
                 // Its inputs; and, when they are the lock's after-state
                 // (outputs edited, the store's entry gone), the entry the
@@ -187,11 +187,11 @@ pub fn plan_with_remote(
             break;
         }
         fetched.extend(fill.fetched);
-        let loaded = crate::plan::load(cwd, opts).map_err(Error::Invalid)?;
+        let loaded = cassist_core::plan::load(cwd, opts).map_err(Error::Invalid)?;
         plan = plan_loaded(loaded)?;
     }
     mark_fetched(&mut plan, fetched);
-    plan.warnings.extend(warnings.into_iter().map(|w| crate::spec::SpecDiagnostic::warning("remote-cache", w)));
+    plan.warnings.extend(warnings.into_iter().map(|w| cassist_core::spec::SpecDiagnostic::warning("remote-cache", w)));
     Ok(plan)
 }
 
@@ -200,7 +200,7 @@ pub fn plan_with_remote(
 fn mark_fetched(plan: &mut Plan, mut fetched: std::collections::HashSet<String>) {
     for t in &plan.tasks {
         if let Some(e) = &t.cached.entry
-            && t.state == crate::plan::State::Replay
+            && t.state == cassist_core::plan::State::Replay
             && plan.store.was_fetched(e)
         {
             fetched.insert(e.clone());

@@ -6,9 +6,9 @@ use serde::Serialize;
 
 use super::Result;
 use crate::cli::TaskArgs;
-use crate::plan::hash::Input;
 use crate::report::Output;
 use crate::report::table::Table;
+use cassist_core::plan::hash::Input;
 
 /// The `plan --json` shape of SPEC 5.
 #[derive(Serialize)]
@@ -47,15 +47,15 @@ pub fn run(cwd: &Path, args: &TaskArgs, json: bool, out: &Output) -> Result {
                 })
                 .collect(),
         };
-        crate::outln!("{}", super::to_json(&doc)?);
+        cassist_core::outln!("{}", super::to_json(&doc)?);
         return Ok(());
     }
     let mut table = Table::new(&["#", "TASK", "STATE", "AGENT", "KIND", "SANDBOX", "HASH", "DEPENDS ON"]);
     for (i, t) in plan.tasks.iter().enumerate() {
         let state = match t.state {
-            crate::plan::State::UpToDate => out.green(t.shown_state()),
-            crate::plan::State::Replay => out.yellow(t.shown_state()),
-            crate::plan::State::Run => out.bold(t.shown_state()),
+            cassist_core::plan::State::UpToDate => out.green(t.shown_state()),
+            cassist_core::plan::State::Replay => out.yellow(t.shown_state()),
+            cassist_core::plan::State::Run => out.bold(t.shown_state()),
         };
         table.row(vec![
             (i + 1).to_string(),
@@ -68,10 +68,10 @@ pub fn run(cwd: &Path, args: &TaskArgs, json: bool, out: &Output) -> Result {
             if t.key.spec.depends_on.is_empty() { out.dim("-") } else { t.key.spec.depends_on.join(", ") },
         ]);
     }
-    crate::out!("{}", table.render(|h| out.dim(h)));
+    cassist_core::out!("{}", table.render(|h| out.dim(h)));
     if !out.quiet {
-        let runs = plan.tasks.iter().filter(|t| t.state == crate::plan::State::Run).count();
-        crate::outln!(
+        let runs = plan.tasks.iter().filter(|t| t.state == cassist_core::plan::State::Run).count();
+        cassist_core::outln!(
             "\n{} task{}; {runs} to run{}",
             plan.tasks.len(),
             if plan.tasks.len() == 1 { "" } else { "s" },

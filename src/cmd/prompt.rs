@@ -6,8 +6,8 @@ use std::path::Path;
 
 use super::{Error, Result};
 use crate::cli::TaskArgs;
-use crate::plan::{Plan, PlannedTask, State};
 use crate::report::Output;
+use cassist_core::plan::{Plan, PlannedTask, State};
 
 pub fn run(cwd: &Path, name: &str, args: &TaskArgs, out: &Output) -> Result {
     let plan = super::load_plan(cwd, args, out)?;
@@ -17,7 +17,7 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, out: &Output) -> Result {
         .into_iter()
         .filter_map(|d| findings(&plan, d).map(|s| (d.task.name.clone(), s)))
         .collect();
-    crate::out!("{}", crate::text::printable(&plan.render_prompt(task, &summaries)));
+    cassist_core::out!("{}", cassist_core::text::printable(&plan.render_prompt(task, &summaries)));
     Ok(())
 }
 
@@ -34,7 +34,7 @@ fn findings(plan: &Plan, d: &PlannedTask) -> Option<String> {
         State::Run => None,
     };
     match entry {
-        Some(e) => e.summary.map(|s| crate::text::truncate_chars(&s, crate::runner::SUMMARY_LIMIT)),
+        Some(e) => e.summary.map(|s| cassist_core::text::truncate_chars(&s, cassist_run::runner::SUMMARY_LIMIT)),
         None if plan.lock.tasks.contains_key(name) => {
             Some(format!("(the final message of `{name}` goes here once it has run again: its inputs changed)"))
         }

@@ -8,25 +8,25 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{Error, Result};
 use crate::cli::RunArgs;
-use crate::plan::{Plan, PlannedTask, State};
-use crate::process::{Cancel, Redactor};
 use crate::report::progress::{Reporter, Style};
 use crate::report::{self, Output};
-use crate::runner::Runner;
-use crate::scheduler;
-use crate::workspace::{Mode, detect_mode};
+use cassist_core::plan::{Plan, PlannedTask, State};
+use cassist_run::runner::Runner;
+use cassist_run::scheduler;
+use cassist_run::workspace::{Mode, detect_mode};
+use cassist_sandbox::process::{Cancel, Redactor};
 
 pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     // Task files and config are read and checked first: invalid input ends
     // here, with nothing written.
-    let loaded = crate::plan::load(cwd, &super::load_options(&args.tasks)).map_err(Error::Invalid)?;
+    let loaded = cassist_core::plan::load(cwd, &super::load_options(&args.tasks)).map_err(Error::Invalid)?;
     // One run at a time per project: a second waits, then plans on what
     // the first recorded (and runs nothing twice).
     let root = loaded.project.root.clone();
-    let project_lock = crate::store::ProjectLock::acquire(&root, || {
-        crate::errln!("waiting for another cassist run on this project to finish...")
+    let project_lock = cassist_core::store::ProjectLock::acquire(&root, || {
+        cassist_core::errln!("waiting for another cassist run on this project to finish...")
     })
-    .map_err(|e| Error::Internal(format!("cannot lock {}: {e}", crate::fsx::state_dir(&root).display())))?;
+    .map_err(|e| Error::Internal(format!("cannot lock {}: {e}", cassist_core::fsx::state_dir(&root).display())))?;
     // A run killed while this one waited for the lock may have left an
     // integration unfinished.
     super::recover(&root, true);
@@ -65,7 +65,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     let runner = prepared.runner(cancel.clone(), reporter.events());
     let run_dir = runner.run_dir.clone();
 
-    crate::plan::timing("prepare run");
+    cassist_core::plan::timing("prepare run");
     let started = std::time::Instant::now();
     let opts = scheduler::Options { jobs, keep_going: args.keep_going, locked: args.locked, no_cache: args.no_cache };
     let outcome = scheduler::run(runner.clone(), selected.clone(), outside, &opts, &mut |r| {
@@ -73,28 +73,28 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
         // Recorded in the store: its objects and signed entry go up in
         // the background (decision 6), never holding up the run.
         if let Some(remote) = &remote
-            && r.state() == crate::event::TaskState::Passed
+            && r.state() == cassist_core::event::TaskState::Passed
         {
             remote.spawn_upload(&runner.plan.store, r.name(), &r.report.hash);
         }
     });
     reporter.finish();
     // Every change was flushed: no layer is in use.
-    crate::workspace::remove_layers(&runner.workspaces);
+    cassist_run::workspace::remove_layers(&runner.workspaces);
     let scheduler::Outcome { mut reports, outputs, mut lock, needs_agent, touched, hashed_at_end } = outcome;
     for r in &mut reports {
         r.refused = needs_agent.iter().any(|(name, _)| name == r.name());
     }
     let plan = &runner.plan;
 
-    crate::plan::timing("run tasks");
+    cassist_core::plan::timing("run tasks");
     let interrupted = cancel.is_cancelled() || interrupts.load(Ordering::SeqCst) > 0;
     let mut moved = Vec::new();
     if touched && !interrupted && !args.locked {
         moved = update_after_states(plan, &selected, &reports, &outputs, &hashed_at_end, &mut lock);
     }
     plan.save_caches();
-    crate::plan::timing("final hashes");
+    cassist_core::plan::timing("final hashes");
     report::summary::print(out, &reports, &run_dir);
     if let Some(path) = &args.report_json {
         write_report(path, &report::json::render(&reports));
@@ -151,41 +151,41 @@ pub struct Prepared {
 pub fn prepare(plan: Plan, settings: &Settings) -> Result<Prepared> {
     let quiet = settings.quiet;
     let exe = std::env::current_exe().map_err(|e| Error::Internal(format!("cannot find the cassist binary: {e}")))?;
-    let workspaces = crate::workspace::parent_dir(&plan.project.root);
-    crate::workspace::remove_stale_in_background(&workspaces);
+    let workspaces = cassist_run::workspace::parent_dir(&plan.project.root);
+    cassist_run::workspace::remove_stale_in_background(&workspaces);
     if settings.keep_workspace {
         // This run keeps its own: the ones earlier runs kept go.
-        let (removed, _) = crate::workspace::remove_kept(&workspaces, &plan.project.root);
+        let (removed, _) = cassist_run::workspace::remove_kept(&workspaces, &plan.project.root);
         if removed > 0 && !quiet {
-            crate::errln!("note: removed {removed} workspace(s) kept by an earlier run of this project");
+            cassist_core::errln!("note: removed {removed} workspace(s) kept by an earlier run of this project");
         }
     }
     let (mode, why) = detect_mode(&exe, &plan.project.root, &workspaces);
-    let wrapper = crate::workspace::wrapper_program(&exe, &plan.project.root, quiet);
+    let wrapper = cassist_run::workspace::wrapper_program(&exe, &plan.project.root, quiet);
     if mode == Mode::Copy && !quiet {
         let because = match why {
             Some(why) => format!("copy-on-write workspaces are unavailable here ({why})"),
             None => "CASSIST_WORKSPACE=copy".to_owned(),
         };
-        crate::errln!(
+        cassist_core::errln!(
             "note: {because}; each task works on a copy of the project instead, and its commands go without what namespaces give: a private /tmp, /var/tmp and /dev, a PID namespace of their own (they see every process of the machine), a read-only .git, ptys, and a copy-on-write view of the agents' state folders (what an agent writes in ~/.claude, ~/.codex, ~/.gemini, ~/.factory or ~/.cache stays there)"
         );
     }
-    let run_dir = crate::fsx::state_dir(&plan.project.root).join("runs").join(run_id());
-    crate::fsx::ensure_state_dir(&plan.project.root)
+    let run_dir = cassist_core::fsx::state_dir(&plan.project.root).join("runs").join(run_id());
+    cassist_core::fsx::ensure_state_dir(&plan.project.root)
         .and_then(|_| std::fs::create_dir_all(&run_dir))
         .map_err(|e| Error::Internal(format!("cannot create {}: {e}", run_dir.display())))?;
     // CASSIST_LANDLOCK=off leaves the sandbox to the agents' flags and the
     // review, as on a kernel without Landlock.
     let landlock_off = std::env::var("CASSIST_LANDLOCK").is_ok_and(|v| v == "off");
-    let landlock = !landlock_off && crate::sandbox::landlock_abi() > 0;
+    let landlock = !landlock_off && cassist_sandbox::sandbox::landlock_abi() > 0;
     if !landlock && !landlock_off && !quiet {
         let copy = if mode == Mode::Copy {
             "; in copy mode nothing keeps a command from reading other tasks' folders or the machine's terminals, nor from writing outside its workspace"
         } else {
             ""
         };
-        crate::errln!(
+        cassist_core::errln!(
             "note: this kernel has no Landlock: sandbox levels rely on the agents' own flags and on the review of each change{copy}"
         );
     }
@@ -205,7 +205,7 @@ pub fn prepare(plan: Plan, settings: &Settings) -> Result<Prepared> {
 
 impl Prepared {
     /// The runner of the run, stopped by `cancel`, telling `events`.
-    pub fn runner(self, cancel: Cancel, events: crate::event::Events) -> Arc<Runner> {
+    pub fn runner(self, cancel: Cancel, events: cassist_core::event::Events) -> Arc<Runner> {
         Arc::new(Runner {
             plan: Arc::new(self.plan),
             exe: self.exe,
@@ -242,10 +242,10 @@ impl Prepared {
 pub fn update_after_states(
     plan: &Plan,
     selected: &[PlannedTask],
-    reports: &[crate::event::TaskEnd],
+    reports: &[cassist_core::event::TaskEnd],
     outputs: &HashMap<String, String>,
     hashed_at_end: &std::collections::HashSet<String>,
-    lock: &mut crate::lock::Lock,
+    lock: &mut cassist_core::lock::Lock,
 ) -> Vec<(String, String)> {
     let mut changed = Vec::new();
     for (planned, r) in selected.iter().zip(reports) {
@@ -260,15 +260,15 @@ pub fn update_after_states(
             && let Some(entry) = lock.tasks.get_mut(&t.task.name)
         {
             let now = plan.outputs_now(entry);
-            let moved = now.as_ref().is_some_and(|o| entry.outputs != Some(crate::plan::state::outputs_hash(o)));
+            let moved = now.as_ref().is_some_and(|o| entry.outputs != Some(cassist_core::plan::state::outputs_hash(o)));
             if entry.after != t.hash || moved {
-                crate::cache::update_after(&plan.store, entry, &t, now);
-                changed.push(crate::lock::LockLine { task: t.task.name.clone(), entry: Some(entry.clone()) });
+                cassist_run::cache::update_after(&plan.store, entry, &t, now);
+                changed.push(cassist_core::lock::LockLine { task: t.task.name.clone(), entry: Some(entry.clone()) });
             }
         }
     }
-    if let Err(e) = crate::lock::Lock::update(&plan.project.root, &changed) {
-        crate::errln!("warning: could not write cassist.lock: {e}");
+    if let Err(e) = cassist_core::lock::Lock::update(&plan.project.root, &changed) {
+        cassist_core::errln!("warning: could not write cassist.lock: {e}");
     }
     changed.iter().filter_map(|l| Some((l.task.clone(), l.entry.as_ref()?.before.clone()))).collect()
 }
@@ -280,8 +280,8 @@ pub const UPLOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 /// after-state the end of the run moved (`moved`: task, input hash); what
 /// did not go up is a warning.
 pub fn finish_uploads(
-    remote: &crate::remote::Remote,
-    store: &crate::store::Store,
+    remote: &cassist_remote::Remote,
+    store: &cassist_core::store::Store,
     moved: &[(String, String)],
     wait: std::time::Duration,
 ) {
@@ -294,7 +294,7 @@ pub fn finish_uploads(
         warnings.extend(remote.finish_uploads(wait.saturating_sub(started.elapsed())).1);
     }
     for w in warnings {
-        crate::errln!("warning: {w}");
+        cassist_core::errln!("warning: {w}");
     }
 }
 
@@ -374,8 +374,8 @@ fn shared_state() -> Vec<PathBuf> {
 
 /// Writes a report file; a failure is said, and the run goes on.
 fn write_report(path: &Path, bytes: &[u8]) {
-    if let Err(e) = crate::fsx::write_atomic(path, bytes) {
-        crate::errln!("error: cannot write {}: {e}", path.display());
+    if let Err(e) = cassist_core::fsx::write_atomic(path, bytes) {
+        cassist_core::errln!("error: cannot write {}: {e}", path.display());
     }
 }
 
@@ -394,10 +394,10 @@ pub fn install_ctrl_c(cancel: Cancel) -> (&'static AtomicUsize, Option<std::os::
         let cancel = cancel.clone();
         let action = move || match COUNT.fetch_add(1, Ordering::SeqCst) {
             0 => cancel.cancel(),
-            1 => crate::process::kill_all_groups(),
+            1 => cassist_sandbox::process::kill_all_groups(),
             _ => {
-                crate::process::kill_all_groups();
-                signal_hook::low_level::exit(crate::exit::INTERRUPTED);
+                cassist_sandbox::process::kill_all_groups();
+                signal_hook::low_level::exit(cassist_core::exit::INTERRUPTED);
             }
         };
         // SAFETY: the action is async-signal-safe: atomics, and `write`

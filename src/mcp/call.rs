@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use crate::cmd::Error;
 use crate::cmd::run::{Settings, UPLOAD_WAIT, finish_uploads, prepare, select, update_after_states};
-use crate::event::TaskEnd;
-use crate::plan::{INLINE_SOURCE, LoadOptions, Plan, PlannedTask};
-use crate::process::Cancel;
-use crate::spec::{SourceFile, SpecDiagnostic};
+use cassist_core::event::TaskEnd;
+use cassist_core::plan::{INLINE_SOURCE, LoadOptions, Plan, PlannedTask};
+use cassist_core::spec::{SourceFile, SpecDiagnostic};
+use cassist_sandbox::process::Cancel;
 
 /// What every call of one server shares: where it serves, and the
 /// `cassist mcp` arguments (task paths, `--agent`, `--model`).
@@ -63,7 +63,7 @@ impl Serving {
     /// to run are looked up there, and what is found fills the store).
     pub fn plan(&self) -> Result<Plan, Refused> {
         let opts = self.options(None);
-        let loaded = crate::plan::load(&self.cwd, &opts).map_err(|d| Refused(diagnostics(&d)))?;
+        let loaded = cassist_core::plan::load(&self.cwd, &opts).map_err(|d| Refused(diagnostics(&d)))?;
         let remote = crate::cmd::open_remote(&loaded.project.config)?;
         Ok(crate::cmd::plan_with_remote(&self.cwd, &opts, loaded, remote.as_ref())?)
     }
@@ -88,7 +88,7 @@ pub struct RunCall {
     pub selection: Selection,
     pub max_cost: Option<f64>,
     pub cancel: Cancel,
-    pub events: crate::event::Events,
+    pub events: cassist_core::event::Events,
 }
 
 /// The outcome of a run call: one end per task run, and the warnings of
@@ -110,12 +110,12 @@ impl Serving {
         // Read and checked first: invalid input ends here, with nothing
         // written.
         let opts = self.options(inline);
-        let loaded = crate::plan::load(&self.cwd, &opts).map_err(|d| Refused(diagnostics(&d)))?;
+        let loaded = cassist_core::plan::load(&self.cwd, &opts).map_err(|d| Refused(diagnostics(&d)))?;
         let root = loaded.project.root.clone();
-        let _lock = crate::store::ProjectLock::acquire(&root, || {
-            crate::errln!("waiting for another cassist run on this project to finish...")
+        let _lock = cassist_core::store::ProjectLock::acquire(&root, || {
+            cassist_core::errln!("waiting for another cassist run on this project to finish...")
         })
-        .map_err(|e| Refused(format!("cannot lock {}: {e}", crate::fsx::state_dir(&root).display())))?;
+        .map_err(|e| Refused(format!("cannot lock {}: {e}", cassist_core::fsx::state_dir(&root).display())))?;
         crate::cmd::recover(&root, true);
         // The remote cache as in `run`: looked up for the tasks to run,
         // written with what passes (with a signing key).
@@ -137,18 +137,19 @@ impl Serving {
         let settings = Settings { keep_workspace: false, max_cost: call.max_cost, locked: false, quiet: false };
         let runner = prepare(plan, &settings)?.runner(call.cancel.clone(), call.events);
         let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let opts = crate::scheduler::Options { jobs, keep_going: false, locked: false, no_cache: false };
-        let outcome = crate::scheduler::run(runner.clone(), selected.clone(), HashMap::new(), &opts, &mut |end| {
-            finished(end);
-            if let Some(remote) = &remote
-                && end.state() == crate::event::TaskState::Passed
-            {
-                remote.spawn_upload(&runner.plan.store, end.name(), &end.report.hash);
-            }
-        });
+        let opts = cassist_run::scheduler::Options { jobs, keep_going: false, locked: false, no_cache: false };
+        let outcome =
+            cassist_run::scheduler::run(runner.clone(), selected.clone(), HashMap::new(), &opts, &mut |end| {
+                finished(end);
+                if let Some(remote) = &remote
+                    && end.state() == cassist_core::event::TaskState::Passed
+                {
+                    remote.spawn_upload(&runner.plan.store, end.name(), &end.report.hash);
+                }
+            });
         // Every change was flushed: no layer is in use.
-        crate::workspace::remove_layers(&runner.workspaces);
-        let crate::scheduler::Outcome { reports, outputs, mut lock, touched, hashed_at_end, .. } = outcome;
+        cassist_run::workspace::remove_layers(&runner.workspaces);
+        let cassist_run::scheduler::Outcome { reports, outputs, mut lock, touched, hashed_at_end, .. } = outcome;
         let mut moved = Vec::new();
         if touched && !call.cancel.is_cancelled() {
             moved = update_after_states(&runner.plan, &selected, &reports, &outputs, &hashed_at_end, &mut lock);

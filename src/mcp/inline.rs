@@ -7,8 +7,8 @@ use std::sync::Arc;
 use rmcp::schemars::{self, JsonSchema};
 use serde::{Deserialize, Serialize};
 
-use crate::plan::INLINE_SOURCE;
-use crate::spec::SourceFile;
+use cassist_core::plan::INLINE_SOURCE;
+use cassist_core::spec::SourceFile;
 
 /// At most this many inline tasks in one `run_tasks` call (SPEC 7).
 pub const MAX_INLINE: usize = 8;
@@ -162,7 +162,7 @@ fn quoted(s: &str) -> String {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
             c if c.is_control()
-                || crate::text::is_invisible(c)
+                || cassist_core::text::is_invisible(c)
                 || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2028}' | '\u{2029}') =>
             {
                 out.push_str(&format!("\\u{{{:x}}}", c as u32));
@@ -200,8 +200,8 @@ pub fn source(tasks: &[(String, &InlineTask)]) -> Arc<SourceFile> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::Diagnostics;
-    use crate::spec::task::parse_task_file;
+    use cassist_core::spec::Diagnostics;
+    use cassist_core::spec::task::parse_task_file;
     use proptest::prelude::any;
 
     fn task(goal: &str) -> InlineTask {
@@ -229,7 +229,7 @@ mod tests {
         assert_eq!(read.acceptance[0].run.value, t.acceptance[0]);
         assert_eq!(read.context[0].value, "src/*.rs");
         assert_eq!(read.scope[0].value, "src/**");
-        assert_eq!(read.kind, crate::spec::Kind::Explore);
+        assert_eq!(read.kind, cassist_core::spec::Kind::Explore);
         assert_eq!(read.timeout, Some(std::time::Duration::from_secs(180)));
         assert_eq!(read.agent.as_ref().unwrap().value, "claude");
         assert_eq!(src.name, INLINE_SOURCE);

@@ -24,7 +24,7 @@ use rmcp::ServiceExt as _;
 
 use crate::cli::TaskArgs;
 use crate::cmd::{Error, Result};
-use crate::process::Cancel;
+use cassist_sandbox::process::Cancel;
 
 /// Serves MCP on stdio until the client closes stdin or a signal ends it;
 /// calls in progress then stop as after Ctrl-C (agents stopped,

@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 
 use super::call::{Ran, Refused, RunCall, Selection, Serving};
 use super::inline::{DISPATCH_TURNS, InlineKind, InlineTask, MAX_INLINE, source};
-use crate::event::{Event, TaskEnd};
-use crate::process::Cancel;
+use cassist_core::event::{Event, TaskEnd};
+use cassist_sandbox::process::Cancel;
 
 /// Summaries are cut at this many characters (SPEC 7).
 pub const SUMMARY_CHARS: usize = 1000;
@@ -137,7 +137,7 @@ struct TaskOutcome<'a> {
     state: &'static str,
     summary: Option<String>,
     changed_files: &'a [String],
-    acceptance: &'a [crate::event::AcceptanceReport],
+    acceptance: &'a [cassist_core::event::AcceptanceReport],
     cost_usd: Option<f64>,
     reason: Option<&'a str>,
 }
@@ -147,7 +147,7 @@ fn outcome(end: &TaskEnd) -> TaskOutcome<'_> {
     TaskOutcome {
         name: &r.name,
         state: r.state.as_str(),
-        summary: r.summary.as_deref().map(|s| crate::text::truncate_chars(s, SUMMARY_CHARS)),
+        summary: r.summary.as_deref().map(|s| cassist_core::text::truncate_chars(s, SUMMARY_CHARS)),
         changed_files: &r.changed_files,
         acceptance: &r.acceptance,
         cost_usd: r.cost_usd,
@@ -169,7 +169,7 @@ impl Server {
     }
 
     /// The plan of the project's task files, made on a blocking thread.
-    async fn plan(&self) -> Result<Result<crate::plan::Plan, Refused>, ErrorData> {
+    async fn plan(&self) -> Result<Result<cassist_core::plan::Plan, Refused>, ErrorData> {
         let serving = self.serving.clone();
         tokio::task::spawn_blocking(move || serving.plan()).await.map_err(internal)
     }
@@ -199,7 +199,7 @@ impl Server {
             }
         });
         let phases = news.clone();
-        let events: crate::event::Events = Arc::new(move |e: Event<'_>| {
+        let events: cassist_core::event::Events = Arc::new(move |e: Event<'_>| {
             if let Event::Phase { task, phase, attempt, .. } = e {
                 let _ = phases.send(format!("{task}: {phase} (attempt {attempt})"));
             }
@@ -359,7 +359,7 @@ impl Server {
             "name": t.task.name,
             "state": t.state.as_str(),
             "hash": t.hash,
-            "reasons": crate::cache::why(&plan, t),
+            "reasons": cassist_run::cache::why(&plan, t),
             "inputs": inputs,
         })))
     }

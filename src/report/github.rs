@@ -2,7 +2,7 @@
 //! as workflow commands, `::error file=…,line=…,title=…::message`, which
 //! GitHub shows on the task's KDL node in the pull request's diff.
 
-use crate::event::TaskEnd;
+use cassist_core::event::TaskEnd;
 
 /// Whether this run is on GitHub Actions.
 pub fn active() -> bool {
@@ -13,7 +13,7 @@ pub fn active() -> bool {
 pub fn print(ends: &[TaskEnd], root: &std::path::Path) {
     if active() {
         for line in annotations(ends, root) {
-            crate::outln!("{line}");
+            cassist_core::outln!("{line}");
         }
     }
 }
@@ -40,7 +40,8 @@ pub fn annotations(ends: &[TaskEnd], root: &std::path::Path) -> Vec<String> {
             let title = format!("cassist: task {} {}", r.name, r.state.as_str());
             // What an agent wrote: GitHub's log obeys colour and other
             // escape sequences.
-            let mut message = crate::text::printable(r.reason.as_deref().unwrap_or(r.state.as_str())).into_owned();
+            let mut message =
+                cassist_core::text::printable(r.reason.as_deref().unwrap_or(r.state.as_str())).into_owned();
             if let Some(t) = &end.transcript {
                 message.push_str(&format!("\ntranscript: {}", t.display()));
             }
@@ -77,9 +78,9 @@ mod tests {
 
     #[test]
     fn an_agents_reason_cannot_drive_the_log() {
-        let location = crate::event::Location { file: "tasks/t.kdl".into(), line: 3 };
+        let location = cassist_core::event::Location { file: "tasks/t.kdl".into(), line: 3 };
         let mut end = TaskEnd::new("t", "hash", "a", location);
-        end.report.state = crate::event::TaskState::Blocked;
+        end.report.state = cassist_core::event::TaskState::Blocked;
         end.report.reason = Some("stuck \u{1b}[2J\u{1b}]0;title\u{7}\r\n::warning::forged".into());
         let lines = annotations(&[end], std::path::Path::new("/nowhere"));
         assert_eq!(

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::event::{TaskEnd, TaskReport, TaskState};
+use cassist_core::event::{TaskEnd, TaskReport, TaskState};
 
 /// The `--report-json` document (SPEC 5).
 #[derive(Serialize)]

@@ -11,14 +11,14 @@
 //! clipboard writes an agent may print) and the C0 control characters XML
 //! cannot hold. What it leaves that a terminal would obey (C1 controls,
 //! DEL, bidirectional overrides: a report read with `cat`) is shown by
-//! [`crate::text::printable`].
+//! [`cassist_core::text::printable`].
 
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
-use crate::event::{TaskEnd, TaskState};
+use cassist_core::event::{TaskEnd, TaskState};
 
 /// The XML document for `ends`; `elapsed` is the run's wall time, `now`
 /// the suite's timestamp.
@@ -74,7 +74,7 @@ fn failure(end: &TaskEnd, kind: &str) -> TestCaseStatus {
     status
         .set_message(xml_text(reason))
         .set_type(kind)
-        .set_description(xml_text(&format!("{reason}\n\n{}", crate::text::tail_lines(&end.tail, 8000))));
+        .set_description(xml_text(&format!("{reason}\n\n{}", cassist_core::text::tail_lines(&end.tail, 8000))));
     status
 }
 
@@ -89,13 +89,13 @@ fn classname(file: &str) -> String {
 /// visibly, and without the two noncharacters XML 1.0 cannot hold.
 fn xml_text(s: &str) -> String {
     let stripped = quick_junit::XmlString::new(s);
-    crate::text::printable(&stripped).replace(['\u{FFFE}', '\u{FFFF}'], "")
+    cassist_core::text::printable(&stripped).replace(['\u{FFFE}', '\u{FFFF}'], "")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Location;
+    use cassist_core::event::Location;
 
     fn end(name: &str, state: TaskState, reason: Option<&str>) -> TaskEnd {
         let mut e = TaskEnd::new(name, "hash", "claude", Location { file: "tasks/auth/login.kdl".into(), line: 7 });

@@ -16,7 +16,7 @@ use miette::{GraphicalReportHandler, GraphicalTheme};
 use owo_colors::OwoColorize;
 
 use crate::cli::ColorChoice;
-use crate::spec::SpecDiagnostic;
+use cassist_core::spec::SpecDiagnostic;
 
 /// Output settings from the global flags.
 #[derive(Debug, Clone, Copy)]
@@ -86,7 +86,7 @@ impl Output {
                 text.push_str(&format!("error: {line}\n"));
             }
         }
-        crate::err!("{text}");
+        cassist_core::err!("{text}");
     }
 
     pub fn dim(&self, s: &str) -> String {
@@ -110,9 +110,9 @@ impl Output {
     }
 
     /// A finished task's state as people read it
-    /// ([`crate::event::TaskEnd::shown_state`]),
+    /// ([`cassist_core::event::TaskEnd::shown_state`]),
     /// coloured by what it means.
-    pub fn end_state(&self, end: &crate::event::TaskEnd) -> String {
+    pub fn end_state(&self, end: &cassist_core::event::TaskEnd) -> String {
         match end.shown_state() {
             "interrupted" => self.yellow("interrupted"),
             "replayed (remote)" => self.green("replayed (remote)"),
@@ -121,8 +121,8 @@ impl Output {
     }
 
     /// A task's state, coloured by what it means.
-    pub fn state(&self, state: crate::event::TaskState) -> String {
-        use crate::event::TaskState;
+    pub fn state(&self, state: cassist_core::event::TaskState) -> String {
+        use cassist_core::event::TaskState;
         match state {
             TaskState::Passed | TaskState::UpToDate | TaskState::Replayed => self.green(state.as_str()),
             TaskState::Skipped => self.yellow(state.as_str()),

@@ -8,7 +8,7 @@
 //! state change, no control characters. `-q`: nothing (the summary says
 //! the failures). What came from an agent or a command it ran (details,
 //! notes, summaries, reasons, file names, transcripts) goes through
-//! [`crate::text::printable`]: it never drives the terminal.
+//! [`cassist_core::text::printable`]: it never drives the terminal.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -20,9 +20,9 @@ use std::time::Duration;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle, TermLike};
 
 use crate::cli::OutputLogs;
-use crate::event::{Event, Events, TaskEnd, TaskState};
 use crate::report::Output;
-use crate::text::printable;
+use cassist_core::event::{Event, Events, TaskEnd, TaskState};
+use cassist_core::text::printable;
 
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,7 +227,7 @@ impl Screen {
         let detail_text = if detail.is_empty() { String::new() } else { format!(": {detail}") };
         let text = printable(&format!("{phase}{attempt_text}{detail_text}")).into_owned();
         if self.style == Style::Lines {
-            crate::errln!("{} {task}: {text}", self.counter());
+            cassist_core::errln!("{} {task}: {text}", self.counter());
         }
         // Every style counts the running tasks (Ctrl-C says how many it
         // stops); bars draw them.
@@ -265,7 +265,7 @@ impl Screen {
             // message and the elapsed time (` [59m59s]` at most).
             let used = 2 + crate::report::table::visible_width(task) + 1 + 9;
             let room = usize::from(Stderr::default().width()).saturating_sub(used).min(120);
-            bar.set_message(crate::text::truncate(&format!("{}{cost}", r.phase), room).into_owned());
+            bar.set_message(cassist_core::text::truncate(&format!("{}{cost}", r.phase), room).into_owned());
         }
     }
 
@@ -276,7 +276,7 @@ impl Screen {
             (Style::Bars, Some(m)) => {
                 let _ = m.println(format!("{task}: {message}"));
             }
-            _ => crate::errln!("{} {task}: {message}", self.counter()),
+            _ => cassist_core::errln!("{} {task}: {message}", self.counter()),
         }
     }
 
@@ -295,7 +295,7 @@ impl Screen {
             Some(m) => {
                 let _ = m.println(message);
             }
-            None => crate::errln!("{message}"),
+            None => cassist_core::errln!("{message}"),
         }
     }
 
@@ -390,7 +390,7 @@ impl TermLike for Stderr {
 /// The `{elapsed}` of a running task's line: whole seconds, written as
 /// every other duration is.
 fn elapsed(state: &ProgressState, w: &mut dyn std::fmt::Write) {
-    let _ = w.write_str(&crate::text::duration(Duration::from_secs(state.elapsed().as_secs())));
+    let _ = w.write_str(&cassist_core::text::duration(Duration::from_secs(state.elapsed().as_secs())));
 }
 
 /// The line of a finished task (stdout).
@@ -404,27 +404,27 @@ pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
         // A cache hit: one line with the stored summary, and where the
         // transcript is (or the transcript itself with --output-logs full).
         let summary = printable(r.summary.as_deref().unwrap_or(""));
-        let summary = crate::text::first_line(&summary, 100);
+        let summary = cassist_core::text::first_line(&summary, 100);
         let mut line = format!("{} {}", r.name, out.green("up-to-date"));
         if !summary.is_empty() {
             line.push_str(&format!(": {summary}"));
         }
-        crate::outln!("{line}");
+        cassist_core::outln!("{line}");
         if let Some(t) = &end.transcript {
             if logs == OutputLogs::Full {
                 if let Ok(text) = std::fs::read_to_string(t) {
                     for l in printable(&text).lines() {
-                        crate::outln!("  | {l}");
+                        cassist_core::outln!("  | {l}");
                     }
                 }
             } else {
-                crate::outln!("  {}", out.dim(&format!("transcript: {}", t.display())));
+                cassist_core::outln!("  {}", out.dim(&format!("transcript: {}", t.display())));
             }
         }
         return;
     }
     let state = out.end_state(end);
-    let mut line = format!("{} {state} in {}", r.name, crate::text::duration_ms(r.duration_ms));
+    let mut line = format!("{} {state} in {}", r.name, cassist_core::text::duration_ms(r.duration_ms));
     if !r.changed_files.is_empty() && r.state.is_success() {
         let files = printable(&r.changed_files.join(", ")).into_owned();
         line.push_str(&format!(", integrated {} file(s): {files}", r.changed_files.len()));
@@ -432,7 +432,7 @@ pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
     if let Some(reason) = r.reason.as_ref().filter(|_| !end.interrupted) {
         line.push_str(&format!(": {}", printable(reason)));
     }
-    crate::outln!("{line}");
+    cassist_core::outln!("{line}");
     if r.state.is_success()
         && let Some(s) = &r.summary
         && !s.trim().is_empty()
@@ -445,6 +445,6 @@ pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
         if more {
             first.push('…');
         }
-        crate::outln!("  {}", out.dim(&first));
+        cassist_core::outln!("  {}", out.dim(&first));
     }
 }

@@ -7,10 +7,10 @@
 
 use std::path::Path;
 
-use crate::event::{PartState, SubtaskReport, TaskEnd};
 use crate::report::Output;
 use crate::report::table::Table;
-use crate::text::printable;
+use cassist_core::event::{PartState, SubtaskReport, TaskEnd};
+use cassist_core::text::printable;
 
 /// Prints the summary of `ends`; with `-q`, without the table: only the
 /// failures and the count.
@@ -20,15 +20,15 @@ pub fn print(out: &Output, ends: &[TaskEnd], run_dir: &Path) {
     }
     for e in ends.iter().filter(|e| e.state().is_failure()) {
         if !out.quiet {
-            crate::outln!();
+            cassist_core::outln!();
         }
         print_failure(out, e);
     }
     let passed = ends.iter().filter(|e| e.state().is_success()).count();
     if !out.quiet {
-        crate::outln!();
+        cassist_core::outln!();
     }
-    crate::outln!("{passed} of {} task(s) passed; records in {}", ends.len(), run_dir.display());
+    cassist_core::outln!("{passed} of {} task(s) passed; records in {}", ends.len(), run_dir.display());
 }
 
 /// The table of the tasks, a row per task and one per part of a split
@@ -47,7 +47,7 @@ fn print_table(out: &Output, ends: &[TaskEnd]) {
             out.end_state(e),
             printable(&r.agent).into_owned(),
             r.attempts.to_string(),
-            crate::text::duration_ms(r.duration_ms),
+            cassist_core::text::duration_ms(r.duration_ms),
             cost(r.cost_usd),
         ];
         if models {
@@ -56,27 +56,30 @@ fn print_table(out: &Output, ends: &[TaskEnd]) {
         table.row(row);
         subtask_rows(out, &mut table, &r.subtasks, 1, models);
     }
-    crate::outln!();
-    crate::out!("{}", table.render(|h| out.dim(h)));
+    cassist_core::outln!();
+    cassist_core::out!("{}", table.render(|h| out.dim(h)));
 }
 
 /// A failed task: its name and reason, the tail of its failing output,
 /// where its transcript and its kept workspace are.
 fn print_failure(out: &Output, e: &TaskEnd) {
     let reason = printable(e.report.reason.as_deref().unwrap_or("failed"));
-    crate::outln!("{} {}: {reason}", out.red("✗"), e.name());
+    cassist_core::outln!("{} {}: {reason}", out.red("✗"), e.name());
     if !e.tail.trim().is_empty() {
-        let tail = printable(&crate::text::tail_lines(&e.tail, 1500)).into_owned();
+        let tail = printable(&cassist_core::text::tail_lines(&e.tail, 1500)).into_owned();
         for line in tail.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev() {
-            crate::outln!("    {}", out.dim(line));
+            cassist_core::outln!("    {}", out.dim(line));
         }
     }
     if let Some(t) = &e.transcript {
-        crate::outln!("  transcript: {}", t.display());
+        cassist_core::outln!("  transcript: {}", t.display());
     }
     if let Some(w) = &e.kept_workspace {
-        crate::outln!("  workspace kept: {}", w.display());
-        crate::outln!("  {}", out.dim("(the task's files with its change, to test in; `cassist cache gc` removes it)"));
+        cassist_core::outln!("  workspace kept: {}", w.display());
+        cassist_core::outln!(
+            "  {}",
+            out.dim("(the task's files with its change, to test in; `cassist cache gc` removes it)")
+        );
     }
 }
 
@@ -94,7 +97,7 @@ fn subtask_rows(out: &Output, table: &mut Table, subtasks: &[SubtaskReport], dep
             state,
             String::new(),
             s.attempts.to_string(),
-            crate::text::duration_ms(s.duration_ms),
+            cassist_core::text::duration_ms(s.duration_ms),
             cost(s.cost_usd),
         ];
         if models {

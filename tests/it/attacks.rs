@@ -27,8 +27,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cassist::lock::{Lock, LockEntry};
-use cassist::store::Store;
+use cassist_core::lock::{Lock, LockEntry};
+use cassist_core::store::Store;
 
 use crate::support::in_both_modes;
 use crate::support::{

@@ -203,10 +203,10 @@ fn explain(p: &Project, task: &str) -> String {
 /// with the same patch; no temp file is left in the store's folders.
 #[track_caller]
 fn assert_consistent(p: &Project, tasks: &[&str]) {
-    let lock = cassist::lock::Lock::load(p.path()).unwrap_or_else(|e| panic!("cassist.lock: {}", e.0));
+    let lock = cassist_core::lock::Lock::load(p.path()).unwrap_or_else(|e| panic!("cassist.lock: {}", e.0));
     let names: Vec<&str> = lock.tasks.keys().map(String::as_str).collect();
     assert_eq!(names, tasks, "the tasks in cassist.lock");
-    let store = cassist::store::Store::open(p.path());
+    let store = cassist_core::store::Store::open(p.path());
     for (name, l) in &lock.tasks {
         let entry = store
             .get_entry(&l.before)
@@ -214,7 +214,7 @@ fn assert_consistent(p: &Project, tasks: &[&str]) {
         assert_eq!(entry.task, *name);
         assert_eq!(entry.patch, l.patch, "`{name}`: the lock's patch is the entry's");
         assert_eq!(entry.after, l.after, "`{name}`: the lock's after-hash is the entry's");
-        let outputs = entry.outputs.as_ref().map(cassist::plan::state::outputs_hash);
+        let outputs = entry.outputs.as_ref().map(cassist_core::plan::state::outputs_hash);
         assert_eq!(outputs, l.outputs, "`{name}`: the lock's outputs are the entry's");
     }
     for sub in ["entries", "objects"] {
@@ -316,8 +316,8 @@ fn restored_outputs_are_replayed_without_an_agent() {
     // The record of the agent's run stands: the lock (dates included) and
     // the store entry with its prompt and transcript.
     assert_eq!(p.read("cassist.lock"), lock, "a replay rewrote cassist.lock");
-    let store = cassist::store::Store::open(p.path());
-    for (name, l) in cassist::lock::Lock::load(p.path()).unwrap().tasks {
+    let store = cassist_core::store::Store::open(p.path());
+    for (name, l) in cassist_core::lock::Lock::load(p.path()).unwrap().tasks {
         let entry = store.get_entry(&l.before).unwrap();
         assert_eq!(entry.attempts, 1, "{name}: the entry of the agent's run was replaced");
         for record in ["prompt-1.md", "transcript-1.log", "review-1.json"] {
@@ -569,11 +569,11 @@ fn a_store_entry_for_the_current_inputs_is_replayed_and_its_lock_line_written_ag
 /// The store entry `task`'s lock line names, and the object of the new
 /// content of `path` in it.
 fn stored(p: &Project, task: &str, path: &str) -> (PathBuf, PathBuf, String) {
-    let lock = cassist::lock::Lock::load(p.path()).unwrap();
+    let lock = cassist_core::lock::Lock::load(p.path()).unwrap();
     let before = &lock.tasks[task].before;
     let store = p.path().join(".cassist/store");
     let entry = store.join("entries").join(format!("{before}.json"));
-    let e = cassist::store::Store::open(p.path()).read_entry(before).unwrap().unwrap();
+    let e = cassist_core::store::Store::open(p.path()).read_entry(before).unwrap().unwrap();
     let object = e.changes.iter().find(|c| c.path == path).unwrap().new.clone().unwrap();
     (entry, store.join("objects").join(&object[..2]).join(&object[2..]), object)
 }
@@ -967,7 +967,7 @@ fn a_run_killed_mid_task_leaves_a_store_the_next_run_uses() {
     std::fs::write(count_dir(&p).join("go"), "").unwrap();
 
     // What was recorded before the kill is whole; top is not recorded.
-    let lock = cassist::lock::Lock::load(p.path()).expect("cassist.lock parses after a kill");
+    let lock = cassist_core::lock::Lock::load(p.path()).expect("cassist.lock parses after a kill");
     assert!(lock.tasks.contains_key("base") && !lock.tasks.contains_key("top"), "{lock:?}");
     let recorded: Vec<&str> = lock.tasks.keys().map(String::as_str).collect();
     assert_consistent(&p, &recorded);
@@ -1134,7 +1134,7 @@ fn a_new_agent_version_reruns_the_task_and_explain_names_it() {
     let run = |args: &[&str]| p.run(args).path_first(&[&bin]).exec();
     let done = run(&["--filter", "solo"]);
     assert_eq!(done.states()["solo"], "passed", "{}", done.transcript());
-    let lock = cassist::lock::Lock::load(p.path()).unwrap();
+    let lock = cassist_core::lock::Lock::load(p.path()).unwrap();
     assert_eq!(lock.tasks["solo"].agent_version.as_deref(), Some("1.2 (Claude Code)"));
     assert_eq!(run(&["--filter", "solo"]).states()["solo"], "up-to-date");
 

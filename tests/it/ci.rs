@@ -98,8 +98,9 @@ fn cassist_commands(yaml: &str) -> Vec<String> {
 #[test]
 fn the_readme_workflows_use_real_flags_and_variables() {
     let var = regex::Regex::new(r"(?m)^\s+((?:CASSIST|TURBO)_[A-Z_]+):").unwrap();
-    let source: String = walkdir::WalkDir::new(repo().join("src"))
-        .into_iter()
+    let source: String = ["src", "crates"]
+        .iter()
+        .flat_map(|dir| walkdir::WalkDir::new(repo().join(dir)))
         .flatten()
         .filter(|e| e.path().extension().is_some_and(|x| x == "rs"))
         .map(|e| std::fs::read_to_string(e.path()).unwrap())

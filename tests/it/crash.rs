@@ -159,12 +159,12 @@ fn side(olds: usize, news: usize) -> Side {
 /// if any, names a whole entry with the same patch and after-state.
 #[track_caller]
 fn consistent(p: &Project, when: &str) {
-    let lock = cassist::lock::Lock::load(p.path()).unwrap_or_else(|e| panic!("{when}: cassist.lock: {}", e.0));
-    let store = cassist::store::Store::open(p.path());
+    let lock = cassist_core::lock::Lock::load(p.path()).unwrap_or_else(|e| panic!("{when}: cassist.lock: {}", e.0));
+    let store = cassist_core::store::Store::open(p.path());
     for e in std::fs::read_dir(store.dir().join("entries")).into_iter().flatten() {
         let path = e.unwrap().path();
         let bytes = std::fs::read(&path).unwrap();
-        serde_json::from_slice::<cassist::store::Entry>(&bytes)
+        serde_json::from_slice::<cassist_core::store::Entry>(&bytes)
             .unwrap_or_else(|e| panic!("{when}: {} does not read: {e}", path.display()));
     }
     if let Some(l) = lock.tasks.get("change") {

@@ -11,11 +11,11 @@
 
 use std::path::{Path, PathBuf};
 
-use cassist::plan::{LoadOptions, load_and_plan};
 use cassist::report::Output;
-use cassist::spec::config::parse_config;
-use cassist::spec::task::parse_task_file;
-use cassist::spec::{Diagnostics, SourceFile, SpecDiagnostic};
+use cassist_core::plan::{LoadOptions, load_and_plan};
+use cassist_core::spec::config::parse_config;
+use cassist_core::spec::task::parse_task_file;
+use cassist_core::spec::{Diagnostics, SourceFile, SpecDiagnostic};
 use proptest::prelude::*;
 use proptest::sample::Index;
 
@@ -1126,7 +1126,7 @@ fn run_project(case: &ProjectCase) {
             }
             // Again, now through the file-hash cache: the same plan.
             let again = load_and_plan(root, &options(case)).unwrap_or_else(|d| panic!("second plan failed: {d:?}"));
-            let hashes = |p: &cassist::plan::Plan| -> Vec<(String, String)> {
+            let hashes = |p: &cassist_core::plan::Plan| -> Vec<(String, String)> {
                 p.tasks.iter().map(|t| (t.task.name.clone(), t.hash.clone())).collect()
             };
             assert_eq!(hashes(&plan), hashes(&again), "planning twice gave different hashes");

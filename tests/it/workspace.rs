@@ -19,10 +19,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use cassist::changes::{Change, ChangeKind, ChangeSet, Hazard, Special};
-use cassist::paths::is_reserved;
-use cassist::sandbox::Jail;
-use cassist::workspace::{IntegrateError, Layer, Mode, Workspace, detect_mode, remove_kept, remove_stale, remove_tree};
+use cassist_core::changes::{Change, ChangeKind, ChangeSet, Hazard, Special};
+use cassist_core::paths::is_reserved;
+use cassist_run::workspace::{
+    IntegrateError, Layer, Mode, Workspace, detect_mode, remove_kept, remove_stale, remove_tree,
+};
+use cassist_sandbox::sandbox::Jail;
 
 use crate::support::{
     CASSIST, Project, Sandbox, Test, git_env, processes_with, sandbox_or_skip, unique_marker, wait_until,
@@ -53,7 +55,7 @@ macro_rules! both_modes {
                 #[test]
                 fn $case() {
                     if super::overlay_available() {
-                        super::$case(cassist::workspace::Mode::Overlay);
+                        super::$case(cassist_run::workspace::Mode::Overlay);
                     }
                 }
             )*
@@ -62,7 +64,7 @@ macro_rules! both_modes {
             $(
                 #[test]
                 fn $case() {
-                    super::$case(cassist::workspace::Mode::Copy);
+                    super::$case(cassist_run::workspace::Mode::Copy);
                 }
             )*
         }
@@ -1294,7 +1296,7 @@ fn conflict_with_mtime_kept(mode: Mode) {
 /// tree is left as it was.
 #[test]
 fn integrate_refuses_what_must_never_land_even_called_directly() {
-    use cassist::changes::{S_IFLNK, S_IFREG};
+    use cassist_core::changes::{S_IFLNK, S_IFREG};
     let f = fixture(true);
     let file = |path: &str, mode: u32| Change {
         path: path.into(),
@@ -1339,7 +1341,7 @@ fn integrate_refuses_what_must_never_land_even_called_directly() {
     for (bad, why) in cases {
         let path = bad.path.clone();
         let set = ChangeSet { changes: vec![ok.clone(), bad] };
-        match cassist::workspace::integrate(f.path(), &set, i128::MAX) {
+        match cassist_run::workspace::integrate(f.path(), &set, i128::MAX) {
             Err(IntegrateError::Refused(refused)) => {
                 assert_eq!(refused.len(), 1, "{refused:?}");
                 assert!(refused[0].starts_with(&format!("{path}: ")) && refused[0].contains(why), "{refused:?}");

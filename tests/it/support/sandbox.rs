@@ -49,7 +49,7 @@ fn available(what: Sandbox) -> &'static Result<(), String> {
     static LANDLOCK: OnceLock<Result<(), String>> = OnceLock::new();
     match what {
         Sandbox::Overlay => OVERLAY.get_or_init(probe_overlay),
-        Sandbox::Landlock => LANDLOCK.get_or_init(|| match cassist::sandbox::landlock_abi() {
+        Sandbox::Landlock => LANDLOCK.get_or_init(|| match cassist_sandbox::sandbox::landlock_abi() {
             0 => Err("the kernel has no Landlock ABI".into()),
             _ => Ok(()),
         }),
@@ -70,7 +70,7 @@ fn probe_overlay() -> Result<(), String> {
         .stdin(Stdio::null())
         .output()
         .map_err(|e| e.to_string())?;
-    cassist::workspace::remove_tree(dir.path());
+    cassist_run::workspace::remove_tree(dir.path());
     if out.status.success() {
         Ok(())
     } else {

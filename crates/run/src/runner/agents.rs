@@ -1,0 +1,129 @@
+//! The agents a task may use: its agent, or its `try` chain, resolved to
+//! the ones installed; the next one when the first cannot serve.
+
+use crate::agent::adapter::ErrorKind;
+use crate::agent::invoke::{self, Invocation};
+use cassist_core::spec::ProjectConfig;
+
+use super::attempt::Step;
+use super::{Failure, TaskContext};
+
+/// The candidates for `agent` that are installed, in order; the task fails
+/// when none is.
+pub fn resolve(config: &ProjectConfig, root: &std::path::Path, agent: &str) -> Result<Vec<Invocation>, Failure> {
+    let mut found: Vec<Invocation> = Vec::new();
+    let mut missing: Vec<String> = Vec::new();
+    for cand in config.candidates(agent) {
+        match invoke::invocation(config, &cand) {
+            Some(inv) if invoke::locate(&inv, root, None).is_some() => found.push(inv),
+            Some(inv) => missing.push(describe_missing(&cand, &inv)),
+            None => missing.push(format!("`{cand}` is not an agent")),
+        }
+    }
+    if found.is_empty() {
+        // The task's own agent, or each agent of its `try` chain.
+        let what = match config.agents.get(agent).map(|a| &a.def) {
+            Some(cassist_core::spec::CustomAgentDef::Try(_)) => {
+                format!("no agent of the `try` chain `{agent}` is available")
+            }
+            _ => format!("the task's agent `{agent}` is not available"),
+        };
+        return Err(Failure::failed(format!(
+            "{what}: {}; install it, or choose another agent with `agent` in the task, --agent or CASSIST_AGENT (`cassist agents` lists them)",
+            missing.join("; ")
+        )));
+    }
+    Ok(found)
+}
+
+fn describe_missing(name: &str, inv: &Invocation) -> String {
+    let program = inv.argv.first().map(String::as_str).unwrap_or("");
+    match crate::agent::builtin_program(name) {
+        Some((_, hint)) => format!("`{name}` is not installed (`{program}` is not on PATH; install it with `{hint}`)"),
+        None => format!("custom agent `{name}`: `{program}` was not found (check its `command` in cassist.kdl)"),
+    }
+}
+
+/// The file an agent reads its standing instructions from (SPEC 2).
+pub fn instructions_name(agent: &str) -> &'static str {
+    match agent {
+        "claude" => "CLAUDE.md",
+        "gemini" => "GEMINI.md",
+        _ => "AGENTS.md",
+    }
+}
+
+/// The reason of a task ended by an agent error that retrying the same
+/// prompt cannot fix.
+pub fn agent_error_reason(agent: &str, kind: ErrorKind, message: &str) -> String {
+    let first: String = message.lines().next().unwrap_or("").chars().take(300).collect();
+    match kind {
+        ErrorKind::RateLimited => format!(
+            "agent `{agent}` is rate limited by its model API ({first}); retry later, or add another agent to a `try` chain"
+        ),
+        ErrorKind::Overloaded => format!(
+            "agent `{agent}`: its model API is overloaded ({first}); retry later, or add another agent to a `try` chain"
+        ),
+        ErrorKind::Auth => format!(
+            "agent `{agent}` is not logged in or its key was refused ({first}); log in with the CLI, or set its API key variable"
+        ),
+        ErrorKind::BudgetExceeded => {
+            format!("agent `{agent}` reached the budget (max-cost) before finishing ({first})")
+        }
+        ErrorKind::TurnCap => format!("agent `{agent}` reached its turn cap before finishing ({first})"),
+        _ => format!("agent `{agent}` failed: {first}"),
+    }
+}
+
+impl TaskContext<'_> {
+    /// The agent that could not start is dropped: the next is tried, or
+    /// the task fails when none is left.
+    pub fn next_agent_after_start_failure(&mut self, why: &str) -> Result<Step, Failure> {
+        let gone = self.agents.remove(0);
+        let Some(next) = self.agents.first() else {
+            return Err(Failure::failed(format!(
+                "the agent `{}` could not be started ({why}); install it or choose another agent",
+                gone.name
+            )));
+        };
+        self.note(format!("`{}` could not start; trying `{}`", gone.name, next.name));
+        Ok(Step::Again)
+    }
+
+    /// A rate-limited or overloaded agent with another after it in the
+    /// chain: the same prompt goes to the next.
+    pub fn next_agent_after_api_error(&mut self, kind: ErrorKind) -> Step {
+        let gone = self.agents.remove(0);
+        self.note(format!(
+            "`{}` is {}; trying `{}`",
+            gone.name,
+            if kind == ErrorKind::RateLimited { "rate limited" } else { "overloaded" },
+            self.agents[0].name
+        ));
+        Step::Again
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_errors_keep_the_first_line_of_the_message() {
+        let r = agent_error_reason("codex", ErrorKind::RateLimited, "429 Too Many Requests\nretry-after: 20");
+        assert_eq!(
+            r,
+            "agent `codex` is rate limited by its model API (429 Too Many Requests); retry later, or add another agent to a `try` chain"
+        );
+        let long = "x".repeat(400);
+        assert_eq!(agent_error_reason("a", ErrorKind::Other, &long), format!("agent `a` failed: {}", "x".repeat(300)));
+    }
+
+    #[test]
+    fn instructions_go_where_each_agent_reads_them() {
+        assert_eq!(instructions_name("claude"), "CLAUDE.md");
+        assert_eq!(instructions_name("gemini"), "GEMINI.md");
+        assert_eq!(instructions_name("codex"), "AGENTS.md");
+        assert_eq!(instructions_name("my-agent"), "AGENTS.md");
+    }
+}
