@@ -173,7 +173,7 @@ fn pull(cwd: &Path, args: &crate::cli::TaskArgs, out: &Output) -> Result {
     let remote = super::open_remote(&loaded.project.config)?.ok_or_else(|| {
         Error::Input("no remote cache: configure `cache { remote \"…\" }` in cassist.kdl, or set CASSIST_REMOTE".into())
     })?;
-    let plan = super::plan_with_remote(cwd, &super::load_options(args), loaded, Some(&remote))?;
+    let plan = cassist_run::session::plan(cwd, &super::load_options(args), loaded, Some(&remote))?;
     out.print_diagnostics(&plan.warnings);
     let pulled = plan.tasks.iter().filter(|t| t.cached.remote).count();
     if !out.quiet {

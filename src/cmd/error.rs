@@ -1,5 +1,6 @@
 //! How a command fails: every subcommand returns this error, and
-//! `main_entry` prints it once and maps it to the exit code of SPEC 5 in
+//! `main_entry` prints it once and maps it to the documented exit code
+//! (README, "Commands") in
 //! [`Error::code`], the one place the codes of `exit.rs` are chosen.
 
 use crate::report::Output;
@@ -37,8 +38,18 @@ pub enum Error {
     Helper(String),
 }
 
+impl From<cassist_run::session::Error> for Error {
+    fn from(e: cassist_run::session::Error) -> Error {
+        match e {
+            cassist_run::session::Error::Invalid(diags) => Error::Invalid(diags),
+            e => Error::Internal(e.to_string()),
+        }
+    }
+}
+
 impl Error {
-    /// The exit code (SPEC 5).
+    /// The exit code: 0 success, 1 a task failed, 2 invalid input, 3
+    /// `--locked` and an agent would be needed, 130 interrupted.
     pub fn code(&self) -> i32 {
         use cassist_core::exit;
         match self {

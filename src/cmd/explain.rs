@@ -27,7 +27,7 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, json: bool, out: &Output) ->
     cassist_core::outln!("{} {} ({})", out.bold("task"), task.task.name, task.task.source.name);
     cassist_core::outln!("{} {}", out.bold("hash"), task.hash);
     cassist_core::outln!("{} {}", out.bold("state"), task.shown_state());
-    for reason in cassist_run::cache::why(&plan, task) {
+    for reason in cassist_core::plan::why::why(&plan, task) {
         cassist_core::outln!("  {}", cassist_core::text::printable(&reason));
     }
     cassist_core::outln!();

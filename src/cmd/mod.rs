@@ -20,7 +20,8 @@ pub use error::Error;
 
 use crate::cli::{Command, TaskArgs};
 use crate::report::Output;
-use cassist_core::plan::{LoadOptions, Loaded, Plan};
+use cassist_core::plan::{LoadOptions, Plan};
+use cassist_core::team::TeamCache;
 
 /// What a command gives back.
 pub type Result<T = ()> = std::result::Result<T, Error>;
@@ -30,7 +31,7 @@ pub type Result<T = ()> = std::result::Result<T, Error>;
 pub fn run(command: Command, dir: Option<&Path>, out: &Output) -> Result {
     // A helper in a workspace: the folder it is started in is its own.
     if let Command::ApplyChanges { spec } = &command {
-        return cassist_run::cache::apply_changes(spec).map_err(Error::Helper);
+        return cassist_run::apply::apply_changes(spec).map_err(|e| Error::Helper(e.to_string()));
     }
     let cwd = enter(dir)?;
     dispatch(command, &cwd, out)
@@ -47,10 +48,10 @@ pub fn enter(dir: Option<&Path>) -> Result<std::path::PathBuf> {
 fn dispatch(command: Command, cwd: &Path, out: &Output) -> Result {
     // What reads the project's state first puts right what a killed
     // cassist left in it; `check` stays read-only; `run` does it once it
-    // holds the project lock (cmd/run.rs).
+    // holds the project lock (`Session::open`).
     if matches!(command, Command::Plan { .. } | Command::Prompt { .. } | Command::Explain { .. } | Command::Cache(_)) {
         let root = cassist_core::project::find_root(cwd);
-        recover(&std::fs::canonicalize(&root).unwrap_or(root), false);
+        cassist_run::session::recover(&std::fs::canonicalize(&root).unwrap_or(root), false);
     }
     match command {
         Command::Run(args) => run::run(cwd, &args, out),
@@ -70,28 +71,6 @@ fn dispatch(command: Command, cwd: &Path, out: &Output) -> Result {
     }
 }
 
-/// Completes or rolls back an integration a killed cassist left in the
-/// project at `root`, and removes its stray temp files (SPEC 3.9), saying
-/// so in one line. Under the project lock: `held` when the command holds
-/// it; otherwise it is taken for the moment, and when another cassist
-/// holds it (a run in progress: the integration is its own) nothing is
-/// done.
-pub fn recover(root: &Path, held: bool) {
-    if !cassist_core::journal::pending(root) {
-        return;
-    }
-    let _lock = match held {
-        true => None,
-        false => match cassist_core::store::ProjectLock::try_acquire(root) {
-            Ok(Some(lock)) => Some(lock),
-            _ => return,
-        },
-    };
-    if let Some(done) = cassist_core::journal::recover(root) {
-        cassist_core::errln!("note: {done}");
-    }
-}
-
 pub fn load_options(args: &TaskArgs) -> LoadOptions {
     LoadOptions {
         paths: args.paths.clone(),
@@ -101,38 +80,22 @@ pub fn load_options(args: &TaskArgs) -> LoadOptions {
     }
 }
 
-/// Hashes loaded tasks into a plan. The version of each built-in agent the
-/// tasks may use is part of their hashes: its CLI is asked here, at the
-/// command edge (planning runs nothing), through the cache in
-/// `.cassist/cache/agent-versions` (an unchanged CLI is not asked again).
-pub fn plan_loaded(loaded: Loaded) -> Result<Plan> {
-    let state = cassist_core::fsx::state_dir(&loaded.project.root);
-    let versions = loaded
-        .builtin_agents()
-        .into_iter()
-        .map(|name| {
-            let version = cassist_run::agent::cached_version(&state, &name);
-            (name, version)
-        })
-        .collect();
-    cassist_core::plan::timing("agent versions");
-    cassist_core::plan::plan(loaded, versions).map_err(|d| Error::Invalid(vec![d]))
-}
-
 /// Loads and plans, printing the warnings.
 fn load_plan(cwd: &Path, args: &TaskArgs, out: &Output) -> Result<Plan> {
     let loaded = cassist_core::plan::load(cwd, &load_options(args)).map_err(Error::Invalid)?;
-    let plan = plan_loaded(loaded)?;
+    let plan = cassist_run::session::plan_loaded(loaded)?;
     out.print_diagnostics(&plan.warnings);
     Ok(plan)
 }
 
 /// Loads and plans with the remote cache: the tasks in state `run` are
-/// looked up remotely ([`plan_with_remote`]); the warnings are printed.
+/// looked up remotely ([`cassist_run::session::plan`]); the warnings are
+/// printed.
 fn load_plan_remote(cwd: &Path, args: &TaskArgs, out: &Output) -> Result<Plan> {
     let loaded = cassist_core::plan::load(cwd, &load_options(args)).map_err(Error::Invalid)?;
     let remote = open_remote(&loaded.project.config)?;
-    let plan = plan_with_remote(cwd, &load_options(args), loaded, remote.as_ref())?;
+    let team = remote.as_ref().map(|r| r as &dyn TeamCache);
+    let plan = cassist_run::session::plan(cwd, &load_options(args), loaded, team)?;
     out.print_diagnostics(&plan.warnings);
     Ok(plan)
 }
@@ -143,74 +106,12 @@ pub fn open_remote(config: &cassist_core::spec::ProjectConfig) -> Result<Option<
     cassist_remote::Remote::open(config).map_err(|d| Error::Invalid(vec![d]))
 }
 
-/// Plans `loaded`; with a remote, the tasks in state `run` are looked up
-/// there (all at once, in parallel) and what is fetched lands in the local
-/// store, where planning finds it as any entry (a cache fill, like a Nix
-/// substituter: planning itself never reaches the network). A task
-/// fetched this way may change what its dependents hash to, so the plan
-/// is made again until a round fetches nothing. The tasks replayed from a
-/// fetched entry are marked `remote`. Warnings go with the plan's.
-pub fn plan_with_remote(
-    cwd: &Path,
-    opts: &LoadOptions,
-    loaded: Loaded,
-    remote: Option<&cassist_remote::Remote>,
-) -> Result<Plan> {
-    let mut plan = plan_loaded(loaded)?;
-    let Some(remote) = remote else {
-        mark_fetched(&mut plan, Default::default());
-        return Ok(plan);
-    };
-    let mut asked: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut fetched: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut warnings = Vec::new();
-    loop {
-        let wanted: Vec<(String, String)> = plan
-            .tasks
-            .iter()
-            .filter(|t| t.state == cassist_core::plan::State::Run)
-            .flat_map(|t| {
-                // Its inputs; and, when they are the lock's after-state
-                // (outputs edited, the store's entry gone), the entry the
-                // lock names.
-                let line = plan.lock.tasks.get(&t.task.name).filter(|l| l.after == t.hash);
-                std::iter::once(t.hash.clone()).chain(line.map(|l| l.before.clone())).map(|h| (t.task.name.clone(), h))
-            })
-            .filter(|(_, h)| asked.insert(h.clone()))
-            .collect();
-        if wanted.is_empty() {
-            break;
-        }
-        let fill = remote.fill(&plan.store, &wanted);
-        warnings.extend(fill.warnings);
-        if fill.fetched.is_empty() {
-            break;
-        }
-        fetched.extend(fill.fetched);
-        let loaded = cassist_core::plan::load(cwd, opts).map_err(Error::Invalid)?;
-        plan = plan_loaded(loaded)?;
-    }
-    mark_fetched(&mut plan, fetched);
-    plan.warnings.extend(warnings.into_iter().map(|w| cassist_core::spec::SpecDiagnostic::warning("remote-cache", w)));
-    Ok(plan)
-}
-
-/// Marks the tasks that replay an entry fetched from the remote cache, now
-/// (`fetched`) or earlier (the store says so).
-fn mark_fetched(plan: &mut Plan, mut fetched: std::collections::HashSet<String>) {
-    for t in &plan.tasks {
-        if let Some(e) = &t.cached.entry
-            && t.state == cassist_core::plan::State::Replay
-            && plan.store.was_fetched(e)
-        {
-            fetched.insert(e.clone());
-        }
-    }
-    plan.remote_entries = fetched;
-    let remote: Vec<bool> = plan.tasks.iter().map(|t| plan.from_remote(t)).collect();
-    for (t, remote) in plan.tasks.iter_mut().zip(remote) {
-        t.cached.remote = remote;
-    }
+/// [`open_remote`] as the run pipeline takes it: the team cache behind its
+/// trait.
+pub fn open_team_cache(
+    config: &cassist_core::spec::ProjectConfig,
+) -> std::result::Result<Option<Box<dyn TeamCache>>, cassist_core::spec::SpecDiagnostic> {
+    Ok(cassist_remote::Remote::open(config)?.map(|r| Box::new(r) as Box<dyn TeamCache>))
 }
 
 /// Serializes a `--json` document for stdout.

@@ -10,7 +10,8 @@ use crate::report::Output;
 use crate::report::table::Table;
 use cassist_core::plan::hash::Input;
 
-/// The `plan --json` shape of SPEC 5.
+/// The `plan --json` document: the run order, and per task its hash,
+/// state, agent and dependencies.
 #[derive(Serialize)]
 pub struct PlanJson<'a> {
     pub tasks: Vec<PlanTaskJson<'a>>,

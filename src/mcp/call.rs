@@ -1,16 +1,17 @@
 //! What the tools do, on blocking threads: plan the project (with the
 //! call's inline tasks), and run a selection of its tasks through the same
-//! preparation, scheduler, runner, store and lock as `cassist run`.
+//! run pipeline as `cassist run` ([`cassist_run::session`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::cmd::Error;
-use crate::cmd::run::{Settings, UPLOAD_WAIT, finish_uploads, prepare, select, update_after_states};
 use cassist_core::event::TaskEnd;
 use cassist_core::plan::{INLINE_SOURCE, LoadOptions, Plan, PlannedTask};
 use cassist_core::spec::{SourceFile, SpecDiagnostic};
+use cassist_core::team::TeamCache;
+use cassist_run::session::{Session, Settings, Sink};
 use cassist_sandbox::process::Cancel;
 
 /// What every call of one server shares: where it serves, and the
@@ -30,6 +31,12 @@ impl From<Error> for Refused {
             Error::Invalid(diags) => Refused(diagnostics(&diags)),
             e => Refused(e.to_string()),
         }
+    }
+}
+
+impl From<cassist_run::session::Error> for Refused {
+    fn from(e: cassist_run::session::Error) -> Refused {
+        Error::from(e).into()
     }
 }
 
@@ -65,7 +72,7 @@ impl Serving {
         let opts = self.options(None);
         let loaded = cassist_core::plan::load(&self.cwd, &opts).map_err(|d| Refused(diagnostics(&d)))?;
         let remote = crate::cmd::open_remote(&loaded.project.config)?;
-        Ok(crate::cmd::plan_with_remote(&self.cwd, &opts, loaded, remote.as_ref())?)
+        Ok(cassist_run::session::plan(&self.cwd, &opts, loaded, remote.as_ref().map(|r| r as &dyn TeamCache))?)
     }
 
     /// The load options of a call: the server's, with the call's inline
@@ -107,23 +114,14 @@ impl Serving {
             Selection::Inline { source, .. } => Some(source.clone()),
             Selection::Named(_) => None,
         };
-        // Read and checked first: invalid input ends here, with nothing
-        // written.
-        let opts = self.options(inline);
-        let loaded = cassist_core::plan::load(&self.cwd, &opts).map_err(|d| Refused(diagnostics(&d)))?;
-        let root = loaded.project.root.clone();
-        let _lock = cassist_core::store::ProjectLock::acquire(&root, || {
-            cassist_core::errln!("waiting for another cassist run on this project to finish...")
-        })
-        .map_err(|e| Refused(format!("cannot lock {}: {e}", cassist_core::fsx::state_dir(&root).display())))?;
-        crate::cmd::recover(&root, true);
-        // The remote cache as in `run`: looked up for the tasks to run,
-        // written with what passes (with a signing key).
-        let remote = crate::cmd::open_remote(&loaded.project.config)?;
-        let plan = crate::cmd::plan_with_remote(&self.cwd, &opts, loaded, remote.as_ref())?;
+        // Read and checked, locked, recovered and planned as in `run`: the
+        // team cache is looked up for the tasks to run and written with what
+        // passes (with a signing key).
+        let session = Session::open(&self.cwd, &self.options(inline), &crate::cmd::open_team_cache, true)?;
+        let plan = session.plan();
         let warnings = plan.warnings.iter().map(diagnostic).collect();
         let selected: Vec<PlannedTask> = match &call.selection {
-            Selection::Named(names) => select(&plan, names)?.into_iter().cloned().collect(),
+            Selection::Named(names) => session.select(names)?,
             Selection::Inline { names, turn_cap, .. } => plan
                 .tasks
                 .iter()
@@ -134,33 +132,24 @@ impl Serving {
         if call.cancel.is_cancelled() {
             return Err(Refused("cancelled before it started".into()));
         }
-        let settings = Settings { keep_workspace: false, max_cost: call.max_cost, locked: false, quiet: false };
-        let runner = prepare(plan, &settings)?.runner(call.cancel.clone(), call.events);
-        let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let opts = cassist_run::scheduler::Options { jobs, keep_going: false, locked: false, no_cache: false };
-        let outcome =
-            cassist_run::scheduler::run(runner.clone(), selected.clone(), HashMap::new(), &opts, &mut |end| {
-                finished(end);
-                if let Some(remote) = &remote
-                    && end.state() == cassist_core::event::TaskState::Passed
-                {
-                    remote.spawn_upload(&runner.plan.store, end.name(), &end.report.hash);
-                }
-            });
-        // Every change was flushed: no layer is in use.
-        cassist_run::workspace::remove_layers(&runner.workspaces);
-        let cassist_run::scheduler::Outcome { reports, outputs, mut lock, touched, hashed_at_end, .. } = outcome;
-        let mut moved = Vec::new();
-        if touched && !call.cancel.is_cancelled() {
-            moved = update_after_states(&runner.plan, &selected, &reports, &outputs, &hashed_at_end, &mut lock);
+        let settings = Settings { max_cost: call.max_cost, ..Settings::new() };
+        let prepared = session.prepare(settings)?;
+        let ran = prepared.run(selected, HashMap::new(), call.cancel.clone(), call.events, &mut Told(finished));
+        let ends = ran.reports.clone();
+        // A cancelled call waits for its uploads briefly, as an interrupted
+        // run does.
+        for w in ran.finish() {
+            cassist_core::errln!("warning: {w}");
         }
-        runner.plan.save_caches();
-        if let Some(remote) = &remote {
-            // A cancelled call waits for its uploads briefly, as an
-            // interrupted run does.
-            let wait = if call.cancel.is_cancelled() { std::time::Duration::from_secs(2) } else { UPLOAD_WAIT };
-            finish_uploads(remote, &runner.plan.store, &moved, wait);
-        }
-        Ok(Ran { ends: reports, warnings })
+        Ok(Ran { ends, warnings })
+    }
+}
+
+/// A call's sink: the caller hears of each task as it ends.
+struct Told<'a>(&'a mut dyn FnMut(&TaskEnd));
+
+impl Sink for Told<'_> {
+    fn finished(&mut self, end: &TaskEnd) {
+        (self.0)(end)
     }
 }

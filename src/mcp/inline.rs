@@ -10,12 +10,12 @@ use serde::{Deserialize, Serialize};
 use cassist_core::plan::INLINE_SOURCE;
 use cassist_core::spec::SourceFile;
 
-/// At most this many inline tasks in one `run_tasks` call (SPEC 7).
+/// At most this many inline tasks in one `run_tasks` call.
 pub const MAX_INLINE: usize = 8;
-/// The turn cap of a `dispatch_subagent` sub-agent (SPEC 7).
+/// The turn cap of a `dispatch_subagent` sub-agent.
 pub const DISPATCH_TURNS: u32 = 15;
 
-/// What a task does (SPEC 1, "Kinds").
+/// What a task does (README, "Tasks by example": the kinds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum InlineKind {
@@ -29,7 +29,7 @@ pub enum InlineKind {
     Test,
 }
 
-/// A sandbox level (SPEC 6).
+/// A sandbox level (README, "Security: what a task can and cannot do").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum InlineSandbox {
@@ -39,7 +39,7 @@ pub enum InlineSandbox {
 }
 
 /// One task given inline: the dispatch of a sub-agent with a goal and a
-/// kind (the fields of a task file, SPEC 1).
+/// kind (the fields of a task file).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InlineTask {

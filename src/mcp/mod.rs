@@ -1,8 +1,8 @@
-//! `cassist mcp [PATH...]` (SPEC 7): the project's tasks served to a
+//! `cassist mcp [PATH...]`: the project's tasks served to a
 //! coordinating agent over the Model Context Protocol on stdio, through
 //! `rmcp` (the official Rust SDK). Every call goes through the same
-//! planner, scheduler, runner, store and lock as `cassist run` (it sits
-//! above the commands and uses `run`'s preparation); inline tasks are read
+//! planner, scheduler, runner, store and lock as `cassist run` (a
+//! [`cassist_run::session::Session`], as `run` uses); inline tasks are read
 //! as a task file named `<mcp>`, hashed and recorded in the store like any
 //! task, but never written to `cassist.lock`.
 //!

@@ -1,4 +1,4 @@
-//! The MCP tools of SPEC 7 (`list_tasks`, `run_tasks`,
+//! The MCP tools (`list_tasks`, `run_tasks`,
 //! `dispatch_subagent`, `explain_task`), their argument schemas, and what
 //! a call does while it runs: progress notifications, cancellation.
 
@@ -20,7 +20,7 @@ use super::inline::{DISPATCH_TURNS, InlineKind, InlineTask, MAX_INLINE, source};
 use cassist_core::event::{Event, TaskEnd};
 use cassist_sandbox::process::Cancel;
 
-/// Summaries are cut at this many characters (SPEC 7).
+/// Summaries are cut at this many characters.
 pub const SUMMARY_CHARS: usize = 1000;
 
 /// The calls that run tasks now, to cancel them all (stdin closed, a
@@ -130,7 +130,7 @@ pub struct ExplainArgs {
     pub name: String,
 }
 
-/// One task's outcome in a tool result (SPEC 7).
+/// One task's outcome in a tool result.
 #[derive(Serialize)]
 struct TaskOutcome<'a> {
     name: &'a str,
@@ -359,7 +359,7 @@ impl Server {
             "name": t.task.name,
             "state": t.state.as_str(),
             "hash": t.hash,
-            "reasons": cassist_run::cache::why(&plan, t),
+            "reasons": cassist_core::plan::why::why(&plan, t),
             "inputs": inputs,
         })))
     }

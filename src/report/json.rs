@@ -1,10 +1,11 @@
-//! `--report-json FILE`: the run as the JSON document of SPEC 5.
+//! `--report-json FILE`: the run as a JSON document (one object per task:
+//! name, state, agent, attempts, cost, duration, changed files, reason).
 
 use serde::Serialize;
 
 use cassist_core::event::{TaskEnd, TaskReport, TaskState};
 
-/// The `--report-json` document (SPEC 5).
+/// The `--report-json` document.
 #[derive(Serialize)]
 pub struct RunReport<'a> {
     pub tasks: Vec<&'a TaskReport>,

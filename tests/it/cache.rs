@@ -973,19 +973,22 @@ fn a_run_killed_mid_task_leaves_a_store_the_next_run_uses() {
     assert_consistent(&p, &recorded);
     assert_eq!(p.read("out/top.txt"), "todo\n", "the killed task was integrated");
 
-    // The killed run's workspace is still there; the next run removes it.
-    let workspaces = |tmp: &str| -> usize {
+    // The killed task's workspace is still there; the next run removes it.
+    // (Named after its task: `base`'s, handed to the background removal
+    // when it passed, may or may not be gone by the kill.)
+    let workspaces = |tmp: &str, task: &str| -> usize {
         walkdir::WalkDir::new(tmp)
             .min_depth(2)
             .max_depth(2)
             .into_iter()
             .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(task))
             .filter(|e| e.path().join("owner.pid").is_file())
             .count()
     };
-    assert_eq!(workspaces(&tmp), 1, "the killed run's workspace");
+    assert_eq!(workspaces(&tmp, "top-"), 1, "the killed run's workspace");
     let done = p.run(&[]).env("TMPDIR", &tmp).exec();
-    assert_eq!(workspaces(&tmp), 0, "the stale workspace was not removed");
+    assert_eq!(workspaces(&tmp, ""), 0, "the stale workspace was not removed");
     let s = done.states();
     assert_eq!(s["base"], "up-to-date", "{}", done.transcript());
     assert_eq!(s["top"], "passed", "{}", done.transcript());

@@ -104,5 +104,6 @@ pub mod project;
 pub mod prompt;
 pub mod spec;
 pub mod store;
+pub mod team;
 pub mod template;
 pub mod text;

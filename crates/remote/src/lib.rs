@@ -164,13 +164,7 @@ impl Inner {
     }
 }
 
-/// A fetch from the remote: the entries written into the local store (by
-/// input hash), and the warnings to show.
-#[derive(Debug, Default)]
-pub struct Fill {
-    pub fetched: Vec<String>,
-    pub warnings: Vec<String>,
-}
+pub use cassist_core::team::Fill;
 
 /// An upload under way: the task, and its end (`Err("")`: the remote
 /// became unavailable).
@@ -585,6 +579,21 @@ async fn upload(inner: &Inner, store: &Store, before: &str) -> Result<(), String
 /// [`Inner::seen`] for an upload: the remote's unavailability is `""`.
 fn said<T>(inner: &Inner, r: Result<T, Fault>) -> Result<T, String> {
     inner.seen(r).map_err(Option::unwrap_or_default)
+}
+
+/// The run pipeline reaches the remote only through this trait.
+impl cassist_core::team::TeamCache for Remote {
+    fn fill(&self, store: &Store, wanted: &[(String, String)]) -> Fill {
+        Remote::fill(self, store, wanted)
+    }
+
+    fn spawn_upload(&self, store: &Store, task: &str, before: &str) {
+        Remote::spawn_upload(self, store, task, before)
+    }
+
+    fn finish_uploads(&self, bound: Duration) -> (usize, Vec<String>) {
+        Remote::finish_uploads(self, bound)
+    }
 }
 
 #[cfg(test)]

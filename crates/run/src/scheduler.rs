@@ -1,4 +1,4 @@
-//! The scheduler of `cassist run` (SPEC 5): at most `--jobs` tasks at once,
+//! The scheduler of a run: at most `--jobs` tasks at once,
 //! each started once every task it depends on has passed and been
 //! integrated.
 //!
@@ -261,7 +261,7 @@ impl<'a> Schedule<'a> {
         match self.start(&mut t) {
             Start::Done(r) => {
                 if self.opts.locked && r.state() == TaskState::Skipped && t.state == State::Run {
-                    self.needs_agent.push((t.task.name.clone(), crate::cache::why(&self.runner.plan, &t)));
+                    self.needs_agent.push((t.task.name.clone(), cassist_core::plan::why::why(&self.runner.plan, &t)));
                     self.outputs.insert(t.task.name.clone(), t.hash.clone());
                 }
                 Step::Settled(Box::new(TaskResult::new(*r)))
@@ -346,7 +346,7 @@ impl Schedule<'_> {
         let recorded = || self.lock.tasks.get(&t.task.name).and_then(|l| runner.plan.store.get_entry(&l.before));
         if t.state == State::Replay {
             // The entry is checked again (the plan's check may be old): one
-            // that cannot be used is as if there were none (SPEC 4).
+            // that cannot be used is as if there were none: the task runs.
             let key = t.cached.entry.clone().unwrap_or_default();
             match runner.plan.store.usable_entry(&key) {
                 // `--locked` replays only what cassist.lock records, or
@@ -377,7 +377,7 @@ impl Schedule<'_> {
             // Started above; never reached.
             State::Replay => Start::Done(Box::new(t.end().ended(TaskState::Failed, "internal error: replay"))),
             State::Run if self.opts.locked => {
-                let why = crate::cache::why(&runner.plan, t);
+                let why = cassist_core::plan::why::why(&runner.plan, t);
                 Start::Done(Box::new(t.skipped(format!("--locked: an agent would be needed ({})", why.join("; ")))))
             }
             State::Run if runner.budget_reached() => Start::Done(Box::new(t.skipped(format!(
@@ -435,7 +435,7 @@ impl Schedule<'_> {
                 && self.runner.plan.rehash(&mut t, &self.outputs).is_ok()
                 && t.state == State::Run
             {
-                let why = crate::cache::why(&self.runner.plan, &t);
+                let why = cassist_core::plan::why::why(&self.runner.plan, &t);
                 self.needs_agent.push((t.task.name.clone(), why.clone()));
                 self.outputs.insert(t.task.name.clone(), t.hash.clone());
                 return t.skipped(format!("--locked: an agent would be needed ({})", why.join("; ")));
@@ -489,7 +489,7 @@ impl Schedule<'_> {
         if !r.recorded {
             return None;
         }
-        match crate::cache::finish_record(&self.runner.plan.store, t, r) {
+        match crate::runner::record::finish_record(&self.runner.plan.store, t, r) {
             Ok(patch) => Some(patch),
             Err(e) => {
                 cassist_core::errln!("warning: could not complete the record of `{}` in the cache: {e}", t.task.name);

@@ -7,6 +7,7 @@ pub mod discover;
 pub mod filehash;
 pub mod hash;
 pub mod state;
+pub mod why;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};

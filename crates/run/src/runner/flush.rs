@@ -1,5 +1,4 @@
-//! Integration layers and the quiescent flush (issue 13, decisions 1 and
-//! 2). A task that passes does not write the user's tree: its change
+//! Integration layers and the quiescent flush. A task that passes does not write the user's tree: its change
 //! becomes an immutable integration layer ([`IntegrationLayer`]) that
 //! workspaces started from then on stack over the project, and a
 //! [`Landing`] waits in the run's [`Pending`] list. The scheduler calls

@@ -1,8 +1,10 @@
-//! Recording a task that passed (SPEC 3.10) in the store *before* its
-//! change reaches the user's tree: from then on a killed cassist never
-//! calls the agent for it again, the plan replays it from the store entry
-//! (SPEC 4). What a store entry holds is made here, for the scheduler too
-//! ([`crate::cache`] completes the entry when the task has ended).
+//! Recording one task's result. A task that passed is recorded in the
+//! store *before* its change reaches the user's tree: from then on a
+//! killed cassist never calls the agent for it again, the plan replays it
+//! from the store entry. What a store entry holds is made here; once the
+//! task has ended, [`finish_record`] completes it (its records, its
+//! duration), and the end of the run moves its after-state
+//! ([`update_after`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,17 +14,30 @@ use cassist_core::failpoint;
 use cassist_core::lock::LockEntry;
 use cassist_core::part::Part;
 use cassist_core::plan::PlannedTask;
-use cassist_core::store::{ENTRY_FORMAT, Entry, Store, StoredChange};
+use cassist_core::store::{ENTRY_FORMAT, Entry, Outputs, Store, StoredChange};
 
-use super::TaskContext;
+use super::{TaskContext, TaskResult};
+
+/// Why a task's result could not be recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// A change names what is never stored (nor written).
+    #[error("{path} is never stored: {why}")]
+    NeverStored { path: String, why: String },
+    /// The entry [`finish_record`] completes is not in the store.
+    #[error("its store entry was not written before integration")]
+    NoEntry,
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
 
 /// Stores a change set's contents; the stored changes and the patch hash
 /// (blake3 of their canonical JSON).
-pub fn store_changes(store: &Store, changes: &ChangeSet) -> std::io::Result<(Vec<StoredChange>, String)> {
+pub fn store_changes(store: &Store, changes: &ChangeSet) -> Result<(Vec<StoredChange>, String), RecordError> {
     let mut out = Vec::new();
     for c in &changes.changes {
         if let Some(why) = crate::workspace::never_written(c) {
-            return Err(std::io::Error::other(format!("{} is never stored: {why}", c.path)));
+            return Err(RecordError::NeverStored { path: c.path.clone(), why });
         }
         let old = c.old.as_deref().map(|b| store.put_object(b)).transpose()?;
         let new = c.new.as_deref().map(|b| store.put_object(b)).transpose()?;
@@ -70,7 +85,7 @@ pub fn put_entry(
     after: Option<&PlannedTask>,
     changes: &ChangeSet,
     run: &Run<'_>,
-) -> std::io::Result<Entry> {
+) -> Result<Entry, RecordError> {
     let (stored, patch) = store_changes(store, changes)?;
     // Right after integration, the outputs are the change's new contents.
     let outputs = cassist_core::plan::state::outputs_of(&stored);
@@ -104,7 +119,7 @@ pub fn put_entry(
 }
 
 /// The lock line of a store entry (a passed task's, or a replayed entry
-/// the lock did not record: SPEC 4).
+/// the lock did not record: a replay is recorded as a run is).
 pub fn lock_line(e: &Entry) -> LockEntry {
     LockEntry {
         before: e.before.clone(),
@@ -173,5 +188,42 @@ impl Recorded {
             Some(p) => store.put_entry(&p),
             None => store.remove_entry(&self.entry.before),
         };
+    }
+}
+
+/// Completes the store entry of a task that passed: the runner wrote it
+/// before the change reached the tree ([`put_entry`]); what is known only
+/// once the task has ended (its whole record folder, its
+/// duration) goes in now. Returns the task's output (the patch hash).
+pub fn finish_record(store: &Store, t: &PlannedTask, result: &TaskResult) -> Result<String, RecordError> {
+    let mut entry = store.read_entry(&t.hash).ok().flatten().ok_or(RecordError::NoEntry)?;
+    if let Some(dir) = &result.record_dir {
+        entry.records.extend(store_records(store, dir)?);
+    }
+    entry.duration_ms = result.end.report.duration_ms;
+    // Whole on disk already: the records need no flush of their own.
+    store.amend_entry(&entry)?;
+    Ok(entry.patch)
+}
+
+/// Moves a recorded task's after-state to the project as a run left it:
+/// `t`'s current hash and the task's `outputs` then, in the lock entry and
+/// the store entry. Only the end of a run calls this: nothing writes an
+/// intermediate after-state, so an after-state always describes the tree
+/// as a whole run left it.
+/// `outputs`: `None` when the store no longer says which files they are
+/// (the recorded hash then stays).
+pub fn update_after(store: &Store, entry: &mut LockEntry, t: &PlannedTask, outputs: Option<Outputs>) {
+    entry.after = t.hash.clone();
+    if let Some(o) = &outputs {
+        entry.outputs = Some(cassist_core::plan::state::outputs_hash(o));
+    }
+    if let Ok(Some(mut e)) = store.read_entry(&entry.before) {
+        e.after = t.hash.clone();
+        e.after_key = serde_json::to_value(&t.key).ok();
+        if outputs.is_some() {
+            e.outputs = outputs;
+        }
+        let _ = store.put_entry(&e);
     }
 }

@@ -1,127 +1,11 @@
-//! The Nix-style part of a run (SPEC 4): recording a task's result in the
-//! store and `cassist.lock`, replaying it, and saying why a task is in its
-//! state.
+//! Why a task is in its state: the inputs that differ from what
+//! `cassist.lock` and the store recorded, in words (`cassist explain`, and
+//! the reasons `run --locked` gives for a task that would need an agent).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
-use crate::runner::TaskResult;
-use cassist_core::changes::{Change, ChangeKind};
-use cassist_core::lock::LockEntry;
-use cassist_core::plan::state::Basis;
-use cassist_core::plan::{Plan, PlannedTask, State};
-use cassist_core::store::{Outputs, Store, StoredChange};
-
-/// Completes the store entry of a task that passed: the runner wrote it
-/// before the change reached the tree ([`crate::runner::record`]); what is
-/// known only once the task has ended (its whole record folder, its
-/// duration) goes in now. Returns the task's output (the patch hash).
-pub fn finish_record(store: &Store, t: &PlannedTask, result: &TaskResult) -> std::io::Result<String> {
-    let mut entry = store
-        .read_entry(&t.hash)
-        .ok()
-        .flatten()
-        .ok_or_else(|| std::io::Error::other("its store entry was not written before integration"))?;
-    if let Some(dir) = &result.record_dir {
-        entry.records.extend(crate::runner::record::store_records(store, dir)?);
-    }
-    entry.duration_ms = result.end.report.duration_ms;
-    // Whole on disk already: the records need no flush of their own.
-    store.amend_entry(&entry)?;
-    Ok(entry.patch)
-}
-
-/// Moves a recorded task's after-state to the project as a run left it:
-/// `t`'s current hash and the task's `outputs` then, in the lock entry and
-/// the store entry. Only the end of a run calls this (SPEC 4: nothing
-/// writes an intermediate after-state).
-/// `outputs`: `None` when the store no longer says which files they are
-/// (the recorded hash then stays).
-pub fn update_after(store: &Store, entry: &mut LockEntry, t: &PlannedTask, outputs: Option<Outputs>) {
-    entry.after = t.hash.clone();
-    if let Some(o) = &outputs {
-        entry.outputs = Some(cassist_core::plan::state::outputs_hash(o));
-    }
-    if let Ok(Some(mut e)) = store.read_entry(&entry.before) {
-        e.after = t.hash.clone();
-        e.after_key = serde_json::to_value(&t.key).ok();
-        if outputs.is_some() {
-            e.outputs = outputs;
-        }
-        let _ = store.put_entry(&e);
-    }
-}
-
-/// `cassist __apply-changes SPEC`: writes a stored change into the current
-/// folder. SPEC is `{"store": DIR, "changes": [StoredChange]}`.
-pub fn apply_changes(spec: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    let text = std::fs::read(spec).map_err(|e| format!("cannot read {}: {e}", spec.display()))?;
-    let v: serde_json::Value = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
-    let store_dir = v["store"].as_str().ok_or("no store")?;
-    let changes: Vec<StoredChange> = serde_json::from_value(v["changes"].clone()).map_err(|e| e.to_string())?;
-    // The store lives under the project: `.cassist/store` → its root.
-    let root = Path::new(store_dir).parent().and_then(Path::parent).ok_or("bad store path")?;
-    let store = Store::open(root);
-    // What is never written, whatever an entry says (it may come from a
-    // remote store): checked before anything is.
-    for c in &changes {
-        let symlink = c.mode & cassist_core::changes::S_IFMT == cassist_core::changes::S_IFLNK;
-        let new = match &c.new {
-            Some(h) if symlink => Some(store.get_object(h).map_err(|e| e.to_string())?),
-            Some(_) => Some(Vec::new()),
-            None => None,
-        };
-        let check = Change { path: c.path.clone(), kind: c.kind.clone(), old: None, new, mode: c.mode, hazard: None };
-        if let Some(why) = crate::workspace::never_written(&check) {
-            return Err(format!("refused to write {}: {why}", c.path));
-        }
-    }
-    for c in &changes {
-        if let ChangeKind::Renamed { from } = &c.kind {
-            let _ = std::fs::remove_file(from);
-        }
-        if c.new.is_none() {
-            match std::fs::remove_file(&c.path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(format!("cannot delete {}: {e}", c.path)),
-            }
-            // Folders left empty go too (a folder may give way to a file).
-            let mut dir = Path::new(&c.path).parent();
-            while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
-                if std::fs::remove_dir(d).is_err() {
-                    break;
-                }
-                dir = d.parent();
-            }
-        }
-    }
-    for c in &changes {
-        let Some(h) = &c.new else { continue };
-        let bytes = store.get_object(h).map_err(|e| e.to_string())?;
-        if let Some(parent) = Path::new(&c.path).parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
-        }
-        // Never write through what is there now (a symlink would lead the
-        // write elsewhere): replace it.
-        match std::fs::symlink_metadata(&c.path) {
-            Ok(m) if !m.is_dir() => {
-                std::fs::remove_file(&c.path).map_err(|e| format!("cannot replace {}: {e}", c.path))?
-            }
-            _ => {}
-        }
-        if c.mode & libc::S_IFMT == libc::S_IFLNK {
-            std::os::unix::fs::symlink(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&bytes), &c.path)
-                .map_err(|e| e.to_string())?;
-        } else {
-            std::fs::write(&c.path, &bytes).map_err(|e| format!("cannot write {}: {e}", c.path))?;
-            std::fs::set_permissions(&c.path, std::fs::Permissions::from_mode(c.mode & 0o777))
-                .map_err(|e| e.to_string())?;
-        }
-    }
-    Ok(())
-}
+use super::state::Basis;
+use super::{Plan, PlannedTask, State};
 
 /// Why `t` is in its state: the inputs that differ from what the lock
 /// recorded, in words ("goal changed", "src/text.py changed",
@@ -220,7 +104,7 @@ pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
     if spec_old.depends_on != spec_new.depends_on {
         reasons.push("depends-on changed".to_owned());
     }
-    let by = |k: &cassist_core::plan::hash::InputKey| -> BTreeMap<(String, String), String> {
+    let by = |k: &super::hash::InputKey| -> BTreeMap<(String, String), String> {
         k.inputs
             .iter()
             .filter(|i| i.kind != "spec")
@@ -285,8 +169,8 @@ pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
     reasons
 }
 
-fn key_from_json(v: &serde_json::Value) -> Option<cassist_core::plan::hash::InputKey> {
-    let spec: cassist_core::plan::hash::SpecKey = serde_json::from_value(v["spec"].clone()).ok()?;
+fn key_from_json(v: &serde_json::Value) -> Option<super::hash::InputKey> {
+    let spec: super::hash::SpecKey = serde_json::from_value(v["spec"].clone()).ok()?;
     let inputs = v["inputs"]
         .as_array()?
         .iter()
@@ -304,12 +188,12 @@ fn key_from_json(v: &serde_json::Value) -> Option<cassist_core::plan::hash::Inpu
                 "dependency" => "dependency",
                 _ => return None,
             };
-            Some(cassist_core::plan::hash::Input {
+            Some(super::hash::Input {
                 kind,
                 name: i["name"].as_str()?.to_owned(),
                 hash: i["hash"].as_str()?.to_owned(),
             })
         })
         .collect();
-    Some(cassist_core::plan::hash::InputKey { format: v["format"].as_u64()? as u32, spec, inputs })
+    Some(super::hash::InputKey { format: v["format"].as_u64()? as u32, spec, inputs })
 }
