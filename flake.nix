@@ -17,11 +17,14 @@
       let
         pkgs = nixpkgs.legacyPackages.${system};
         lib = pkgs.lib;
-        manifest = (lib.importTOML ./Cargo.toml).package;
+        toml = lib.importTOML ./Cargo.toml;
+        manifest = toml.package;
+        # The version is the workspace's: every crate of it shares one.
+        version = toml.workspace.package.version;
 
         cassist = pkgs.rustPlatform.buildRustPackage {
           pname = manifest.name;
-          inherit (manifest) version;
+          inherit version;
 
           # Inside a git checkout a flake already sees only tracked files; the
           # filter also keeps build output and state dirs out when the flake
