@@ -49,7 +49,7 @@ pub fn main_entry() -> i32 {
     // does.
     cassist_run::workspace::finish_removals();
     match result {
-        Ok(()) if cassist_core::STDOUT_FAILED.load(std::sync::atomic::Ordering::SeqCst) => exit::TASK_FAILED,
+        Ok(()) if cassist_core::stdout_failed() => exit::TASK_FAILED,
         Ok(()) => exit::SUCCESS,
         Err(e) => {
             e.print(&out);

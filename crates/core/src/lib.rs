@@ -61,7 +61,7 @@ macro_rules! err {
 }
 
 /// A failure to write stdout other than a closed pipe (a full disk, say).
-pub static STDOUT_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static STDOUT_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Writes to stdout, flushed ([`outln!`], [`out!`]). A closed pipe drops
 /// what is written, silently: the reader has all it wanted, and cassist
@@ -79,6 +79,12 @@ pub fn write_stdout(args: std::fmt::Arguments<'_>) {
     {
         errln!("error: cannot write to standard output: {e}");
     }
+}
+
+/// Whether a write to stdout failed other than by a closed pipe: the
+/// command's output is lost, so it exits 1 even if it succeeded.
+pub fn stdout_failed() -> bool {
+    STDOUT_FAILED.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// Writes to stderr ([`errln!`], [`err!`]); a failure (a closed pipe)
