@@ -317,22 +317,19 @@ fn push_quoted(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// The current time, RFC 3339 in UTC, to the second.
+/// The current time, RFC 3339 in UTC, to the second: the `date` of a
+/// lock line. A clock set before 1970 reads as 1970-01-01T00:00:00Z.
 pub fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    rfc3339(secs)
+}
+
+/// `secs` seconds after 1970-01-01T00:00:00Z as `YYYY-MM-DDTHH:MM:SSZ`
+/// (UTC, whole seconds, `Z`); a time past what chrono represents reads as
+/// 1970-01-01T00:00:00Z.
+fn rfc3339(secs: u64) -> String {
+    let at = i64::try_from(secs).ok().and_then(|s| chrono::DateTime::from_timestamp(s, 0)).unwrap_or_default();
+    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 #[cfg(test)]
@@ -430,5 +427,24 @@ mod tests {
         let d = now_rfc3339();
         assert_eq!(d.len(), 20, "{d}");
         assert!(d.starts_with("20") && d.ends_with('Z'));
+    }
+
+    #[test]
+    fn dates_are_utc_to_the_second_with_a_z() {
+        // The lines already committed in lock files were written in this
+        // format: it never changes (no offset, no fraction, four-digit
+        // years, leap days and century years as the calendar has them).
+        for (secs, text) in [
+            (0, "1970-01-01T00:00:00Z"),
+            (59, "1970-01-01T00:00:59Z"),
+            (951_782_400, "2000-02-29T00:00:00Z"),
+            (1_709_210_096, "2024-02-29T12:34:56Z"),
+            (1_767_225_599, "2025-12-31T23:59:59Z"),
+            (1_798_675_200, "2026-12-31T00:00:00Z"),
+            (4_107_542_400, "2100-03-01T00:00:00Z"),
+            (253_402_300_799, "9999-12-31T23:59:59Z"),
+        ] {
+            assert_eq!(rfc3339(secs), text, "{secs}");
+        }
     }
 }
