@@ -1,0 +1,78 @@
+//! The journal file, `.cassist/journal`: written beside and renamed in,
+//! read back only when whole (its checksum), removed once what it wrote is
+//! on disk.
+
+use std::io::Write;
+use std::path::Path;
+
+use super::Journal;
+use super::steps::{sync_each, unsafe_path};
+use crate::fsx::{ensure_state_dir, state_dir, sync_dir};
+
+/// The journal's name in `.cassist/`.
+pub const JOURNAL: &str = "journal";
+/// Where an unreadable journal is set aside.
+pub(super) const INVALID: &str = "journal.invalid";
+/// Where the journal is written before it is renamed in.
+pub(super) const JOURNAL_TMP: &str = ".cassist-tmp-journal";
+/// The first line of a journal starts with this, then its checksum.
+const HEADER: &str = "cassist-journal 1";
+pub(super) const FORMAT: u32 = 1;
+
+pub(super) fn write_journal(root: &Path, journal: &Journal) -> std::io::Result<()> {
+    let dir = ensure_state_dir(root)?;
+    let body = serde_json::to_vec(journal).map_err(std::io::Error::other)?;
+    let mut text = format!("{HEADER} {}\n", blake3::hash(&body).to_hex()).into_bytes();
+    text.extend_from_slice(&body);
+    let tmp = dir.join(JOURNAL_TMP);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&text)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, dir.join(JOURNAL))?;
+    sync_dir(&dir)
+}
+
+/// The journal, if there is one; why not, if it does not read back whole
+/// and sound.
+pub(super) fn read_journal(root: &Path) -> Result<Option<Journal>, String> {
+    let bytes = match std::fs::read(state_dir(root).join(JOURNAL)) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let nl = bytes.iter().position(|&b| b == b'\n').ok_or("no header")?;
+    let header = std::str::from_utf8(&bytes[..nl]).map_err(|_| "a bad header")?;
+    let sum = header.strip_prefix(HEADER).and_then(|s| s.strip_prefix(' ')).ok_or("a bad header")?;
+    let body = &bytes[nl + 1..];
+    if blake3::hash(body).to_hex().as_str() != sum {
+        return Err("its checksum does not match: it is cut short or damaged".into());
+    }
+    let journal: Journal = serde_json::from_slice(body).map_err(|e| format!("it does not parse: {e}"))?;
+    if journal.format != FORMAT {
+        return Err(format!("format {} is not {FORMAT}", journal.format));
+    }
+    let paths = journal.steps.iter().map(|s| &s.path).chain(&journal.made);
+    if let Some(bad) = paths.into_iter().find(|p| unsafe_path(p).is_some()) {
+        return Err(format!("it names `{bad}`, which is no path of the project"));
+    }
+    Ok(Some(journal))
+}
+
+/// Removes the journal of a transaction of `paths` paths, once what it
+/// wrote is on disk.
+pub(super) fn remove_journal(root: &Path, paths: usize) -> std::io::Result<()> {
+    let dir = state_dir(root);
+    if !sync_each(paths) {
+        let f = std::fs::File::open(root)?;
+        // SAFETY: syncfs(2) on a descriptor we own.
+        if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    match std::fs::remove_file(dir.join(JOURNAL)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    sync_dir(&dir)
+}
