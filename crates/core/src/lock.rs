@@ -1,6 +1,7 @@
 //! `cassist.lock`: the recorded result of each task, meant to be committed
-//! (SPEC 4). KDL, sorted by task name, one block per task, so diffs stay
-//! small and stable:
+//! with the project (a clone then knows which tasks are done and replays
+//! them from the store). KDL, sorted by task name, one block per task, so
+//! diffs stay small and stable:
 //!
 //! ```kdl
 //! // cassist.lock: what cassist run recorded. Commit this file.
@@ -15,15 +16,15 @@
 //! }
 //! ```
 //!
-//! `before` and `after` are input hashes (SPEC 4): the task's inputs before
-//! its recorded run, and as the run left the project (a later task of the
-//! same run may have changed them). `outputs` is the rest of the
-//! after-state: blake3 over the sorted paths the task's patch wrote or
-//! deleted, each with its content hash as the run left the tree (absent for
-//! a deleted path; see `plan::hash::outputs_hash`). A task is `up-to-date`
-//! when its inputs equal `after` and its outputs still hash to `outputs`. A
-//! line without `outputs` (written by an older cassist) is checked on its
-//! inputs only.
+//! `before` and `after` are input hashes ([`crate::plan::hash`]): the
+//! task's inputs before its recorded run, and as the run left the project
+//! (a later task of the same run may have changed them). `outputs` is the
+//! rest of the after-state: blake3 over the sorted paths the task's patch
+//! wrote or deleted, each with its content hash as the run left the tree
+//! (absent for a deleted path; see [`crate::plan::state::outputs_hash`]).
+//! A task is `up-to-date` when its inputs equal `after` and its outputs
+//! still hash to `outputs`. A line without `outputs` (written by an older
+//! cassist) is checked on its inputs only.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -63,9 +64,28 @@ pub struct LockLine {
     pub entry: Option<LockEntry>,
 }
 
-/// Why a lock file could not be read.
-#[derive(Debug)]
-pub struct LockError(pub String);
+/// Why a lock file could not be read, or written back.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("cannot read {LOCK_FILE}: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("{LOCK_FILE} is nested too deeply to be a lock file; restore it from version control or delete it")]
+    TooDeep,
+    /// Not KDL; `line`: where the parser stopped.
+    #[error("{LOCK_FILE} is not valid KDL (line {line}); restore it from version control or delete it")]
+    NotKdl { line: usize },
+    /// A `version` other than the one this cassist reads (`found`: its
+    /// value, `None` when the node has none).
+    #[error("{LOCK_FILE} has version {found:?}, this cassist reads version {VERSION}; upgrade cassist")]
+    Version { found: Option<KdlValue> },
+    #[error("{LOCK_FILE}: a task without a name")]
+    Unnamed,
+    #[error("{LOCK_FILE}: task `{task}` has no `{field}`")]
+    MissingField { task: String, field: &'static str },
+    /// Writing the changed file ([`Lock::update`]).
+    #[error(transparent)]
+    Write(std::io::Error),
+}
 
 impl Lock {
     pub fn path(root: &Path) -> PathBuf {
@@ -78,7 +98,7 @@ impl Lock {
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Lock::default()),
-            Err(e) => return Err(LockError(format!("cannot read {LOCK_FILE}: {e}"))),
+            Err(e) => return Err(LockError::Read(e)),
         };
         Lock::parse(&text)
     }
@@ -90,37 +110,29 @@ impl Lock {
             return Ok(lock);
         }
         if crate::spec::diag::too_deep(text, crate::spec::diag::MAX_KDL_DEPTH).is_some() {
-            return Err(LockError(format!(
-                "{LOCK_FILE} is nested too deeply to be a lock file; restore it from version control or delete it"
-            )));
+            return Err(LockError::TooDeep);
         }
         let doc = KdlDocument::parse_v2(text).map_err(|e| {
             let at = e.diagnostics.first().map(|d| d.span.offset()).unwrap_or(0);
             let line = text[..at.min(text.len())].matches('\n').count() + 1;
-            LockError(format!(
-                "{LOCK_FILE} is not valid KDL (line {line}); restore it from version control or delete it"
-            ))
+            LockError::NotKdl { line }
         })?;
         let mut lock = Lock::default();
         for node in doc.nodes() {
             match node.name().value() {
                 "version" => match node.get(0) {
                     Some(KdlValue::Integer(VERSION)) => {}
-                    other => {
-                        return Err(LockError(format!(
-                            "{LOCK_FILE} has version {other:?}, this cassist reads version {VERSION}; upgrade cassist"
-                        )));
-                    }
+                    other => return Err(LockError::Version { found: other.cloned() }),
                 },
                 "task" => {
                     let Some(KdlValue::String(name)) = node.get(0) else {
-                        return Err(LockError(format!("{LOCK_FILE}: a task without a name")));
+                        return Err(LockError::Unnamed);
                     };
                     let get = |key: &str| -> Option<String> {
                         node.children()?.get(key)?.get(0).and_then(|v| v.as_string()).map(str::to_owned)
                     };
-                    let field = |key: &str| {
-                        get(key).ok_or_else(|| LockError(format!("{LOCK_FILE}: task `{name}` has no `{key}`")))
+                    let field = |key: &'static str| {
+                        get(key).ok_or_else(|| LockError::MissingField { task: name.clone(), field: key })
                     };
                     let agent_node = node.children().and_then(|c| c.get("agent"));
                     lock.tasks.insert(
@@ -204,15 +216,15 @@ impl Lock {
     /// project lock keeps other processes out), so writers that each know
     /// only their own tasks never undo each other's lines. Nothing is
     /// written when nothing changes.
-    pub fn update(root: &Path, lines: &[LockLine]) -> std::io::Result<()> {
+    pub fn update(root: &Path, lines: &[LockLine]) -> Result<(), LockError> {
         static ONE_WRITER: std::sync::Mutex<()> = std::sync::Mutex::new(());
         if lines.is_empty() {
             return Ok(());
         }
         let _one = ONE_WRITER.lock().unwrap_or_else(|e| e.into_inner());
-        let mut lock = Lock::load(root).map_err(|e| std::io::Error::other(e.0))?;
+        let mut lock = Lock::load(root)?;
         if lock.apply(lines) {
-            lock.save(root)?;
+            lock.save(root).map_err(LockError::Write)?;
         }
         Ok(())
     }
@@ -395,8 +407,8 @@ mod tests {
     #[test]
     fn rejects_garbage_and_newer_versions() {
         assert!(Lock::parse("task {").is_err());
-        assert!(Lock::parse("version 2\n").unwrap_err().0.contains("upgrade"));
-        assert!(Lock::parse("version 1\ntask \"a\" { before \"x\" }\n").unwrap_err().0.contains("after"));
+        assert!(Lock::parse("version 2\n").unwrap_err().to_string().contains("upgrade"));
+        assert!(Lock::parse("version 1\ntask \"a\" { before \"x\" }\n").unwrap_err().to_string().contains("after"));
     }
 
     #[test]
@@ -446,5 +458,23 @@ mod tests {
         ] {
             assert_eq!(rfc3339(secs), text, "{secs}");
         }
+    }
+
+    #[test]
+    fn errors_say_what_is_wrong_with_the_file() {
+        let msg = |text: &str| Lock::parse(text).unwrap_err().to_string();
+        assert_eq!(
+            msg("version 2\n"),
+            "cassist.lock has version Some(Integer(2)), this cassist reads version 1; upgrade cassist"
+        );
+        assert_eq!(msg("version\n"), "cassist.lock has version None, this cassist reads version 1; upgrade cassist");
+        assert_eq!(
+            msg("task {"),
+            "cassist.lock is not valid KDL (line 1); restore it from version control or delete it"
+        );
+        assert_eq!(msg("version 1\ntask 1\n"), "cassist.lock: a task without a name");
+        assert_eq!(msg("version 1\ntask \"a\" { before \"x\" }\n"), "cassist.lock: task `a` has no `after`");
+        let deep = format!("{}{}", "a {".repeat(200), "}".repeat(200));
+        assert!(matches!(Lock::parse(&deep), Err(LockError::TooDeep)));
     }
 }

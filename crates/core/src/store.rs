@@ -107,6 +107,17 @@ fn objects_of(e: &Entry) -> std::collections::HashSet<String> {
     e.changes.iter().flat_map(|c| [c.new.clone(), c.old.clone()]).flatten().chain(e.records.values().cloned()).collect()
 }
 
+/// Why an object of the store could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    /// Missing or unreadable.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// Its bytes do not hash to its name.
+    #[error("store object {hash} is corrupt")]
+    Corrupt { hash: String },
+}
+
 /// Why a store entry cannot be used (SPEC 4: the task then runs as if
 /// there were no entry).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,10 +216,10 @@ impl Store {
     }
 
     /// The bytes of an object, checked against their hash.
-    pub fn get_object(&self, hash: &str) -> std::io::Result<Vec<u8>> {
+    pub fn get_object(&self, hash: &str) -> Result<Vec<u8>, ObjectError> {
         let bytes = std::fs::read(self.object_path(hash))?;
         if blake3::hash(&bytes).to_hex().as_str() != hash {
-            return Err(std::io::Error::other(format!("store object {hash} is corrupt")));
+            return Err(ObjectError::Corrupt { hash: hash.to_owned() });
         }
         Ok(bytes)
     }
@@ -285,7 +296,9 @@ impl Store {
         // Compact: `run` reads the entry of every up-to-date task, and two
         // thirds of it are input keys it skips; indentation was a third of
         // the bytes to skip.
-        let json = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
+        // An encoding error (there is none for an entry) would come as an
+        // `InvalidData` one: serde_json's own conversion.
+        let json = serde_json::to_vec(entry)?;
         self.unmark_fetched(&entry.before);
         let path = self.entry_path(&entry.before);
         if flush { write_atomic(&path, &json) } else { crate::fsx::write_cache(&path, &json) }

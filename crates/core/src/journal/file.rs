@@ -21,7 +21,9 @@ pub(super) const FORMAT: u32 = 1;
 
 pub(super) fn write_journal(root: &Path, journal: &Journal) -> std::io::Result<()> {
     let dir = ensure_state_dir(root)?;
-    let body = serde_json::to_vec(journal).map_err(std::io::Error::other)?;
+    // serde_json's own conversion: an encoding error (there is none for
+    // these fields: strings, numbers, lists) as an `InvalidData` one.
+    let body = serde_json::to_vec(journal)?;
     let mut text = format!("{HEADER} {}\n", blake3::hash(&body).to_hex()).into_bytes();
     text.extend_from_slice(&body);
     let tmp = dir.join(JOURNAL_TMP);
@@ -33,28 +35,48 @@ pub(super) fn write_journal(root: &Path, journal: &Journal) -> std::io::Result<(
     sync_dir(&dir)
 }
 
+/// Why a journal on disk does not read back whole and sound: it was never
+/// acted on.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Unreadable {
+    #[error(transparent)]
+    Read(std::io::Error),
+    #[error("no header")]
+    NoHeader,
+    #[error("a bad header")]
+    BadHeader,
+    #[error("its checksum does not match: it is cut short or damaged")]
+    Checksum,
+    #[error("it does not parse: {0}")]
+    Parse(#[source] serde_json::Error),
+    #[error("format {0} is not {FORMAT}")]
+    Format(u32),
+    #[error("it names `{0}`, which is no path of the project")]
+    BadPath(String),
+}
+
 /// The journal, if there is one; why not, if it does not read back whole
 /// and sound.
-pub(super) fn read_journal(root: &Path) -> Result<Option<Journal>, String> {
+pub(super) fn read_journal(root: &Path) -> Result<Option<Journal>, Unreadable> {
     let bytes = match std::fs::read(state_dir(root).join(JOURNAL)) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(Unreadable::Read(e)),
     };
-    let nl = bytes.iter().position(|&b| b == b'\n').ok_or("no header")?;
-    let header = std::str::from_utf8(&bytes[..nl]).map_err(|_| "a bad header")?;
-    let sum = header.strip_prefix(HEADER).and_then(|s| s.strip_prefix(' ')).ok_or("a bad header")?;
+    let nl = bytes.iter().position(|&b| b == b'\n').ok_or(Unreadable::NoHeader)?;
+    let header = std::str::from_utf8(&bytes[..nl]).map_err(|_| Unreadable::BadHeader)?;
+    let sum = header.strip_prefix(HEADER).and_then(|s| s.strip_prefix(' ')).ok_or(Unreadable::BadHeader)?;
     let body = &bytes[nl + 1..];
     if blake3::hash(body).to_hex().as_str() != sum {
-        return Err("its checksum does not match: it is cut short or damaged".into());
+        return Err(Unreadable::Checksum);
     }
-    let journal: Journal = serde_json::from_slice(body).map_err(|e| format!("it does not parse: {e}"))?;
+    let journal: Journal = serde_json::from_slice(body).map_err(Unreadable::Parse)?;
     if journal.format != FORMAT {
-        return Err(format!("format {} is not {FORMAT}", journal.format));
+        return Err(Unreadable::Format(journal.format));
     }
     let paths = journal.steps.iter().map(|s| &s.path).chain(&journal.made);
     if let Some(bad) = paths.into_iter().find(|p| unsafe_path(p).is_some()) {
-        return Err(format!("it names `{bad}`, which is no path of the project"));
+        return Err(Unreadable::BadPath(bad.clone()));
     }
     Ok(Some(journal))
 }

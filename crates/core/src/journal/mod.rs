@@ -55,6 +55,7 @@
 //! through a temp file, putting an old content back, the paths refused)
 //! in `steps.rs`, what the next command does in `recover.rs`.
 
+mod error;
 mod file;
 mod recover;
 mod steps;
@@ -67,6 +68,7 @@ use crate::failpoint;
 use crate::fsx::state_dir;
 use crate::lock::{Lock, LockLine};
 use crate::store::Store;
+pub use error::{JournalError, StepError, UnsafePath};
 pub use file::JOURNAL;
 use file::{FORMAT, remove_journal, write_journal};
 pub use recover::{Outcome, Recovered, pending, recover};
@@ -176,7 +178,7 @@ impl Transaction {
     /// the moment its journal exists, a killed cassist's transaction is
     /// completed by the next command. With no file, the lock lines are
     /// simply written.
-    pub fn apply(self, lock: Vec<LockLine>) -> std::io::Result<()> {
+    pub fn apply(self, lock: Vec<LockLine>) -> Result<(), JournalError> {
         self.start(Some(lock.clone()))?.finish(lock)
     }
 
@@ -184,12 +186,12 @@ impl Transaction {
     /// cassist's open transaction is rolled back by the next command.
     /// [`Open::commit`] or [`Open::roll_back`] ends it. On an error nothing
     /// of the tree has changed.
-    pub fn begin(self) -> std::io::Result<Open> {
+    pub fn begin(self) -> Result<Open, JournalError> {
         self.start(None)
     }
 
     /// Steps 1 to 3; `lock`: committed from the start, with these lines.
-    fn start(self, lock: Option<Vec<LockLine>>) -> std::io::Result<Open> {
+    fn start(self, lock: Option<Vec<LockLine>>) -> Result<Open, JournalError> {
         let Transaction { root, store, writes, deletes } = self;
         let mut open = Open {
             root,
@@ -208,9 +210,7 @@ impl Transaction {
             return Ok(open);
         }
         if state_dir(&open.root).join(JOURNAL).exists() {
-            return Err(std::io::Error::other(
-                "an earlier integration is unfinished (.cassist/journal): the next cassist command puts it right",
-            ));
+            return Err(JournalError::Unfinished);
         }
         let written: std::collections::HashSet<&str> = writes.iter().map(|(p, _)| p.as_str()).collect();
         let mut seen = std::collections::HashSet::new();
@@ -218,12 +218,12 @@ impl Transaction {
         let deletes = deletes.iter().filter(|p| !written.contains(p.as_str())).map(|p| (p.clone(), None));
         for (path, new) in deletes.chain(writes.iter().map(|(p, c)| (p.clone(), Some(c.clone())))) {
             if let Some(why) = unsafe_path(&path) {
-                return Err(std::io::Error::other(format!("refused to write `{path}`: {why}")));
+                return Err(JournalError::Refused { path, why });
             }
             if !seen.insert(path.clone()) {
                 continue;
             }
-            let old = capture(&open.root, &open.store, &path)?;
+            let old = capture(&open.root, &open.store, &path).map_err(JournalError::Capture)?;
             steps.push(Step { path, new, old });
         }
         open.journal.made = made_folders(&open.root, &steps);
@@ -241,8 +241,8 @@ impl Transaction {
                 let _ = remove_journal(&open.root, open.journal.steps.len());
             }
             open.ended = true;
-            let also = if problems.is_empty() { String::new() } else { format!(" ({})", problems.join("; ")) };
-            return Err(std::io::Error::new(e.kind(), format!("{e}{also}")));
+            let path = open.journal.steps[done].path.clone();
+            return Err(JournalError::Write { path, source: e, problems });
         }
         failpoint::hit("flush-applied");
         Ok(open)
@@ -279,7 +279,7 @@ impl Open {
     /// is completed by the next command), the lines are written, the
     /// journal goes. On an error writing the lock, the transaction stays
     /// committed and the next command completes it.
-    pub fn commit(mut self, lock: Vec<LockLine>) -> std::io::Result<()> {
+    pub fn commit(mut self, lock: Vec<LockLine>) -> Result<(), JournalError> {
         if self.written && !lock.is_empty() {
             let mut committed = self.journal.clone();
             committed.committed = true;
@@ -292,7 +292,7 @@ impl Open {
     }
 
     /// Step 4.
-    fn finish(mut self, lock: Vec<LockLine>) -> std::io::Result<()> {
+    fn finish(mut self, lock: Vec<LockLine>) -> Result<(), JournalError> {
         self.ended = true;
         Lock::update(&self.root, &lock)?;
         if self.written {
@@ -304,11 +304,11 @@ impl Open {
     }
 
     /// Puts every file back as it was and ends the transaction.
-    pub fn roll_back(mut self) -> std::io::Result<()> {
+    pub fn roll_back(mut self) -> Result<(), JournalError> {
         self.undo()
     }
 
-    fn undo(&mut self) -> std::io::Result<()> {
+    fn undo(&mut self) -> Result<(), JournalError> {
         if std::mem::replace(&mut self.ended, true) || !self.written {
             return Ok(());
         }
@@ -316,9 +316,9 @@ impl Open {
         let problems = backward(&self.root, &self.store, &self.journal.steps, &self.journal.made, UNDO);
         if !problems.is_empty() {
             // The journal stays: the next command tries again.
-            return Err(std::io::Error::other(format!("could not restore {}", problems.join("; "))));
+            return Err(JournalError::NotRestored(problems));
         }
-        remove_journal(&self.root, self.journal.steps.len())
+        Ok(remove_journal(&self.root, self.journal.steps.len())?)
     }
 }
 

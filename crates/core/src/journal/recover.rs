@@ -134,7 +134,7 @@ pub fn recover(root: &Path) -> Option<Recovered> {
             let _ = sync_dir(&state);
             temps += remove_temps(root, &[String::new()]);
             return Some(Recovered {
-                outcome: Outcome::Unreadable(why),
+                outcome: Outcome::Unreadable(why.to_string()),
                 files: 0,
                 lock_lines: 0,
                 temps,

@@ -7,6 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
+use super::error::{StepError, UnsafePath};
 use super::{Content, Step};
 use crate::failpoint;
 use crate::fsx::TMP_PREFIX;
@@ -25,19 +26,14 @@ pub(super) const RECOVER: Points = Points { temp: "recover-temp", file: "recover
 
 /// Writes every step's new state, in order. On an error, the index of the
 /// step that failed (it may be half done: a temp file, which is removed).
-pub(super) fn forward(
-    root: &Path,
-    store: &Store,
-    steps: &[Step],
-    points: Points,
-) -> Result<(), (usize, std::io::Error)> {
+pub(super) fn forward(root: &Path, store: &Store, steps: &[Step], points: Points) -> Result<(), (usize, StepError)> {
     let sync = sync_each(steps.len());
     for (i, s) in steps.iter().enumerate() {
         match &s.new {
             Some(c) => place(root, store, &s.path, c, &points, sync),
-            None => remove(root, &s.path, true),
+            None => remove(root, &s.path, true).map_err(StepError::from),
         }
-        .map_err(|e| (i, std::io::Error::new(e.kind(), format!("{}: {e}", s.path))))?;
+        .map_err(|e| (i, e))?;
         failpoint::hit(points.file);
     }
     Ok(())
@@ -52,7 +48,7 @@ pub(super) fn backward(root: &Path, store: &Store, steps: &[Step], made: &[Strin
     let restore = |s: &Step, problems: &mut Vec<String>| {
         let done = match &s.old {
             Some(c) => place(root, store, &s.path, c, &points, sync),
-            None => remove(root, &s.path, false),
+            None => remove(root, &s.path, false).map_err(StepError::from),
         };
         if let Err(e) = done {
             problems.push(format!("{}: {e}", s.path));
@@ -83,7 +79,14 @@ pub(super) fn sync_each(paths: usize) -> bool {
 
 /// Writes `content` at `rel` through a temp file in its folder; `sync`:
 /// the temp file's data is synced before the rename.
-fn place(root: &Path, store: &Store, rel: &str, content: &Content, points: &Points, sync: bool) -> std::io::Result<()> {
+fn place(
+    root: &Path,
+    store: &Store,
+    rel: &str,
+    content: &Content,
+    points: &Points,
+    sync: bool,
+) -> Result<(), StepError> {
     let path = root.join(rel);
     let dir = path.parent().unwrap_or(root);
     std::fs::create_dir_all(dir)?;
@@ -91,7 +94,7 @@ fn place(root: &Path, store: &Store, rel: &str, content: &Content, points: &Poin
     // written through.
     let real = dir.canonicalize()?;
     if !real.starts_with(root.canonicalize()?) {
-        return Err(std::io::Error::other(format!("its folder leads outside the project (to {})", real.display())));
+        return Err(StepError::Outside(real));
     }
     let bytes = store.get_object(&content.hash)?;
     let tmp = dir.join(crate::fsx::temp_name());
@@ -112,7 +115,7 @@ fn place(root: &Path, store: &Store, rel: &str, content: &Content, points: &Poin
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    written
+    Ok(written?)
 }
 
 /// Removes the file (or symlink) at `rel`; `prune`: and the folders above
@@ -139,11 +142,11 @@ fn remove(root: &Path, rel: &str, prune: bool) -> std::io::Result<()> {
 
 /// The content at `rel` now, stored as an object; `None` when absent (or
 /// a folder, which the change's deletions empty).
-pub(super) fn capture(root: &Path, store: &Store, rel: &str) -> std::io::Result<Option<Content>> {
+pub(super) fn capture(root: &Path, store: &Store, rel: &str) -> Result<Option<Content>, StepError> {
     let path = root.join(rel);
     let meta = match std::fs::symlink_metadata(&path) {
         Err(e) if absent(&e) => return Ok(None),
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
         Ok(m) => m,
     };
     let ft = meta.file_type();
@@ -156,7 +159,7 @@ pub(super) fn capture(root: &Path, store: &Store, rel: &str) -> std::io::Result<
     } else if ft.is_dir() {
         return Ok(None);
     } else {
-        return Err(std::io::Error::other(format!("cannot replace `{rel}`: not a file, a symlink or a folder")));
+        return Err(StepError::Special(rel.to_owned()));
     };
     Ok(Some(Content { hash, mode: meta.mode() }))
 }
@@ -190,15 +193,13 @@ pub(super) fn made_folders(root: &Path, steps: &[Step]) -> Vec<String> {
 
 /// Why `rel` is no path a transaction may touch: not relative and plain,
 /// or in git's or cassist's own folder.
-pub(super) fn unsafe_path(rel: &str) -> Option<&'static str> {
+pub(super) fn unsafe_path(rel: &str) -> Option<UnsafePath> {
     let p = Path::new(rel);
     if rel.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
-        return Some("not a plain path inside the project");
+        return Some(UnsafePath::NotPlain);
     }
     match p.components().next() {
-        Some(Component::Normal(first)) if first == ".git" || first == ".cassist" => {
-            Some("it lies in git's or cassist's own folder")
-        }
+        Some(Component::Normal(first)) if first == ".git" || first == ".cassist" => Some(UnsafePath::OwnFolder),
         _ => None,
     }
 }

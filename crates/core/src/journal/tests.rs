@@ -376,3 +376,32 @@ fn the_message_says_which_way_it_went() {
     let r = Recovered { outcome: Outcome::RolledBack, temps: 0, problems: vec!["a: gone".into()], ..r };
     assert!(r.to_string().starts_with("rolled back") && r.to_string().ends_with("could not put right: a: gone"));
 }
+
+#[test]
+fn errors_say_which_path_and_why() {
+    let dir = project();
+    let root = dir.path();
+    let refused = |bad: &str| {
+        let mut t = Transaction::new(root);
+        t.write(bad, b"x", 0o100644).unwrap();
+        t.apply(Vec::new()).unwrap_err()
+    };
+    let e = refused(".git/hooks/pre-commit");
+    assert!(matches!(e, JournalError::Refused { why: UnsafePath::OwnFolder, .. }), "{e:?}");
+    assert_eq!(e.to_string(), "refused to write `.git/hooks/pre-commit`: it lies in git's or cassist's own folder");
+    let e = refused("a/../b");
+    assert_eq!(e.to_string(), "refused to write `a/../b`: not a plain path inside the project");
+    // A write that fails names its path, and the error it met is its source.
+    let mut t = Transaction::new(root);
+    t.write("keep/x", b"x", 0o100644).unwrap();
+    let e = t.apply(Vec::new()).unwrap_err();
+    let JournalError::Write { path, problems, .. } = &e else { panic!("{e:?}") };
+    assert_eq!((path.as_str(), problems.len()), ("keep/x", 0));
+    let source = std::error::Error::source(&e).expect("the step's error").to_string();
+    assert_eq!(e.to_string(), format!("keep/x: {source}"));
+    // A journal left by an earlier transaction stops the next one.
+    let open = small_change(root).begin().unwrap();
+    std::mem::forget(open);
+    let e = small_change(root).apply(Vec::new()).unwrap_err();
+    assert!(matches!(e, JournalError::Unfinished), "{e:?}");
+}

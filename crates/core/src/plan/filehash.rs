@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::context::ResolvedFile;
@@ -219,30 +218,29 @@ fn hash_parallel(root: &Path, files: &[&ResolvedFile], todo: &[usize]) -> Vec<st
         return todo.iter().map(|&i| hash_file(&root.join(&files[i].path), &mut buf)).collect();
     }
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<std::io::Result<[u8; 32]>>>> = Mutex::new((0..todo.len()).map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                let mut buf = vec![0u8; 256 * 1024];
-                loop {
-                    let k = next.fetch_add(1, Ordering::Relaxed);
-                    if k >= todo.len() {
-                        break;
+    // Each thread hands back what it hashed, by index: every index is
+    // taken by exactly one thread.
+    let mut hashed: Vec<(usize, std::io::Result<[u8; 32]>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut buf = vec![0u8; 256 * 1024];
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        if k >= todo.len() {
+                            break;
+                        }
+                        mine.push((k, hash_file(&root.join(&files[todo[k]].path), &mut buf)));
                     }
-                    let r = hash_file(&root.join(&files[todo[k]].path), &mut buf);
-                    if let Ok(mut g) = results.lock() {
-                        g[k] = Some(r);
-                    }
-                }
-            });
-        }
+                    mine
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     });
-    results
-        .into_inner()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(std::io::Error::other("not hashed"))))
-        .collect()
+    hashed.sort_unstable_by_key(|(k, _)| *k);
+    hashed.into_iter().map(|(_, r)| r).collect()
 }
 
 /// blake3 of one file's content.

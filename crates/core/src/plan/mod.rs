@@ -633,7 +633,7 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
         .map(|i| Input { kind: "instructions", name: i.path.clone(), hash: file_hash[i.path.as_str()].clone() })
         .collect();
     let lock = crate::lock::Lock::load(&project.root).map_err(|e| {
-        SpecDiagnostic::error("bad-lock", e.0).help(
+        SpecDiagnostic::error("bad-lock", e.to_string()).help(
             "cassist.lock is written by `cassist run`; restore it from version control, or delete it to record afresh",
         )
     })?;

@@ -195,7 +195,7 @@ impl OutputIndex {
             return Ok(());
         }
         let sorted: BTreeMap<&String, &Vec<String>> = self.patches.iter().collect();
-        crate::fsx::write_cache(&self.path, &serde_json::to_vec(&sorted).map_err(std::io::Error::other)?)?;
+        crate::fsx::write_cache(&self.path, &serde_json::to_vec(&sorted)?)?;
         self.dirty = false;
         Ok(())
     }
