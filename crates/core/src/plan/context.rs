@@ -16,11 +16,18 @@ pub struct ResolvedFile {
 }
 
 /// Why a pattern could not be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
     /// A file (or a folder on the way to it) is a symlink leading out of
     /// the project.
+    #[error("`{path}` leads outside the project (to {target})")]
     Escapes { path: String, target: String },
+}
+
+/// Sorts `files` by path and keeps each path once.
+pub fn sort_unique(files: &mut Vec<ResolvedFile>) {
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.dedup_by(|a, b| a.path == b.path);
 }
 
 /// Resolves patterns under one root, caching folder listings and symlink

@@ -114,11 +114,7 @@ impl FileHashCache {
 
     /// The blake3 hash of each file, in order. Files whose size, mtime and
     /// inode match the cache are not read.
-    pub fn hash_files(
-        &mut self,
-        root: &Path,
-        files: &[&ResolvedFile],
-    ) -> Result<Vec<[u8; 32]>, (String, std::io::Error)> {
+    pub fn hash_files(&mut self, root: &Path, files: &[&ResolvedFile]) -> Result<Vec<[u8; 32]>, ReadError> {
         let mut out: Vec<Option<[u8; 32]>> = vec![None; files.len()];
         let mut todo = Vec::new();
         for (i, f) in files.iter().enumerate() {
@@ -131,7 +127,7 @@ impl FileHashCache {
             let results = hash_parallel(root, files, &todo);
             let now = now_ns();
             for (i, r) in todo.iter().zip(results) {
-                let hash = r.map_err(|e| (files[*i].path.clone(), e))?;
+                let hash = r.map_err(|source| ReadError { path: files[*i].path.clone(), source })?;
                 out[*i] = Some(hash);
                 let f = files[*i];
                 let trusted = now - f.stamp.mtime_ns > RACY_WINDOW_NS;
@@ -191,6 +187,16 @@ fn parse_entry(fields: &str) -> Option<Entry> {
 
 fn now_ns() -> i128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128)
+}
+
+/// A file of the project that could not be read to be hashed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {path}: {source}")]
+pub struct ReadError {
+    /// Relative to the project root.
+    pub path: String,
+    #[source]
+    pub source: std::io::Error,
 }
 
 /// Threads that read and hash files at once. More than the cores: a file
