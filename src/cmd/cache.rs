@@ -102,7 +102,7 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
             Ok(())
         }
         CacheCommand::Keygen => {
-            let (public, secret) = cassist_remote::sign::keygen().map_err(Error::Internal)?;
+            let (public, secret) = cassist_remote::sign::keygen().map_err(|e| Error::Internal(e.to_string()))?;
             cassist_core::outln!("public {public}");
             cassist_core::outln!("secret {secret}");
             Ok(())
