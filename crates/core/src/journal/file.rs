@@ -87,10 +87,7 @@ pub(super) fn remove_journal(root: &Path, paths: usize) -> std::io::Result<()> {
     let dir = state_dir(root);
     if !sync_each(paths) {
         let f = std::fs::File::open(root)?;
-        // SAFETY: syncfs(2) on a descriptor we own.
-        if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        nix::unistd::syncfs(&f)?;
     }
     match std::fs::remove_file(dir.join(JOURNAL)) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),

@@ -64,6 +64,7 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
+use crate::changes::{S_IFLNK, S_IFMT, S_IFREG};
 use crate::failpoint;
 use crate::fsx::state_dir;
 use crate::lock::{Lock, LockLine};
@@ -73,10 +74,6 @@ pub use file::JOURNAL;
 use file::{FORMAT, remove_journal, write_journal};
 pub use recover::{Outcome, Recovered, pending, recover};
 use steps::{FLUSH, UNDO, backward, capture, forward, made_folders, remove_temps, unsafe_path};
-
-const S_IFMT: u32 = libc::S_IFMT;
-const S_IFLNK: u32 = libc::S_IFLNK;
-const S_IFREG: u32 = libc::S_IFREG;
 
 /// A file's content, as an object of the store, and its mode (type and
 /// permission bits: a regular file or a symlink, whose content is its

@@ -167,7 +167,7 @@ pub(super) fn capture(root: &Path, store: &Store, rel: &str) -> Result<Option<Co
 /// An error that says the path is not there (a missing file, or a file
 /// where a folder of the path would be).
 fn absent(e: &std::io::Error) -> bool {
-    e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
+    e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(nix::errno::Errno::ENOTDIR as i32)
 }
 
 /// The folders the writes of `steps` make, shallowest first.
