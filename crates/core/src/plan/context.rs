@@ -1,6 +1,6 @@
-//! Resolving context, scope and reference globs against the project
-//! (SPEC 1: paths relative to the root; no absolute paths, no `..` escapes,
-//! no symlinks out of the project; a context entry must match something).
+//! Resolving context, scope and reference globs against the project: paths
+//! relative to the root; no absolute paths, no `..` escapes, no symlinks
+//! out of the project; a context entry must match something.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
