@@ -59,8 +59,9 @@ pub struct Entry {
     /// Named records (prompts, transcripts, review, acceptance, patch.diff)
     /// → object hash.
     pub records: std::collections::BTreeMap<String, String>,
-    /// The parts a task that had to be split passed with (SPEC 3.8): it
-    /// starts split the next time its inputs change.
+    /// The parts a task that had to be split passed with (an oversized
+    /// task is cut into parts rather than retried whole): it starts split
+    /// the next time its inputs change.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub split: Vec<crate::part::Part>,
 }
@@ -118,26 +119,35 @@ pub enum ObjectError {
     Corrupt { hash: String },
 }
 
-/// Why a store entry cannot be used (SPEC 4: the task then runs as if
-/// there were no entry).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a store entry cannot be used (the task then runs as if there were
+/// no entry).
+#[derive(Debug, thiserror::Error)]
 pub enum Unusable {
     /// The entry file is not an entry this cassist reads.
-    Garbage { file: PathBuf, why: String },
+    #[error("its entry {} is unreadable ({why})", .file.display())]
+    Garbage {
+        file: PathBuf,
+        #[source]
+        why: Garbage,
+    },
     /// An object of the change is missing.
+    #[error("store object {object} (the new {path}) is missing")]
     Missing { object: String, path: String },
     /// An object of the change does not hash to its name.
+    #[error("store object {object} (the new {path}) is corrupt")]
     Corrupt { object: String, path: String },
 }
 
-impl std::fmt::Display for Unusable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unusable::Garbage { file, why } => write!(f, "its entry {} is unreadable ({why})", file.display()),
-            Unusable::Missing { object, path } => write!(f, "store object {object} (the new {path}) is missing"),
-            Unusable::Corrupt { object, path } => write!(f, "store object {object} (the new {path}) is corrupt"),
-        }
-    }
+/// Why an entry file is no entry this cassist reads.
+#[derive(Debug, thiserror::Error)]
+pub enum Garbage {
+    #[error(transparent)]
+    Read(std::io::Error),
+    #[error(transparent)]
+    Json(serde_json::Error),
+    /// Another format than [`ENTRY_FORMAT`].
+    #[error("entry format {0}")]
+    Format(u32),
 }
 
 /// What [`Store::output_paths`] reads of an entry: its changes, nothing
@@ -241,12 +251,12 @@ impl Store {
         let text = match std::fs::read(&file) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Unusable::Garbage { file, why: e.to_string() }),
+            Err(e) => return Err(Unusable::Garbage { file, why: Garbage::Read(e) }),
         };
-        let entry: Entry =
-            serde_json::from_slice(&text).map_err(|e| Unusable::Garbage { file: file.clone(), why: e.to_string() })?;
+        let entry: Entry = serde_json::from_slice(&text)
+            .map_err(|e| Unusable::Garbage { file: file.clone(), why: Garbage::Json(e) })?;
         if entry.format != ENTRY_FORMAT {
-            return Err(Unusable::Garbage { file, why: format!("entry format {}", entry.format) });
+            return Err(Unusable::Garbage { file, why: Garbage::Format(entry.format) });
         }
         Ok(Some(entry))
     }
@@ -599,11 +609,12 @@ mod tests {
         assert_eq!(store.output_paths("b", "another patch"), None);
         // Truncated: present, but not what its name says.
         std::fs::write(store.object_path(&h), b"new").unwrap();
-        assert_eq!(store.usable_entry("b").unwrap_err(), Unusable::Corrupt { object: h.clone(), path: "x".into() });
+        let corrupt = store.usable_entry("b").unwrap_err();
+        assert!(matches!(&corrupt, Unusable::Corrupt { object, path } if *object == h && path == "x"), "{corrupt:?}");
         assert!(store.read_entry("b").unwrap().is_some(), "the entry itself still reads");
         std::fs::remove_file(store.object_path(&h)).unwrap();
         let missing = store.usable_entry("b").unwrap_err();
-        assert_eq!(missing, Unusable::Missing { object: h.clone(), path: "x".into() });
+        assert!(matches!(&missing, Unusable::Missing { object, path } if *object == h && path == "x"), "{missing:?}");
         assert!(missing.to_string().contains(&h), "{missing}");
         std::fs::write(store.entry_path("b"), b"{ not json").unwrap();
         let garbage = store.usable_entry("b").unwrap_err();
