@@ -274,7 +274,7 @@ fn parse_own_format(text: &str) -> Option<Lock> {
     }
 }
 
-/// The value of a string literal written by [`quote`]; `None` if it is
+/// The value of a string literal written by [`push_quoted`]; `None` if it is
 /// not exactly one.
 fn unquote(s: &str) -> Option<String> {
     let inner = s.strip_prefix('"')?.strip_suffix('"')?;

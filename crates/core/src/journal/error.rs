@@ -9,7 +9,7 @@ use crate::store::ObjectError;
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
     /// The journal of an earlier transaction is still there: the next
-    /// command's [`recover`](super::recover) ends it first.
+    /// command's [`recover`](super::recover()) ends it first.
     #[error("an earlier integration is unfinished (.cassist/journal): the next cassist command puts it right")]
     Unfinished,
     /// A path no transaction may touch; nothing was written.

@@ -30,7 +30,7 @@
 //! lines) or rolls it back ([`Open::roll_back`]). An open transaction that
 //! is dropped is rolled back.
 //!
-//! [`recover`] is what the next command does first with what a killed
+//! [`recover()`] is what the next command does first with what a killed
 //! cassist left: a committed journal is rolled forward (every file written
 //! again, which is idempotent) and its lock lines written; an open one,
 //! or a committed one whose new contents are no longer whole in the

@@ -2,7 +2,7 @@
 //! that an unchanged re-plan reads no file contents.
 //!
 //! The cache is a text file of lines `ino size mtime_ns hash path`, written
-//! atomically. An entry whose mtime is within [`RACY_WINDOW_NS`] of the time
+//! atomically. An entry whose mtime is within two seconds of the time
 //! it was hashed is not trusted later (the file could have changed again in
 //! the same clock tick, the "racy git" problem), so it is hashed again.
 

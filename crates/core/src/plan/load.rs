@@ -387,7 +387,7 @@ impl Loaded {
     /// The built-in agents whose versions are part of the tasks' hashes:
     /// those the tasks use and those their failover chains may use, in
     /// first-use order. Planning runs nothing: the command layer asks
-    /// their CLIs and hands the versions to [`plan`].
+    /// their CLIs and hands the versions to [`plan`](super::plan()).
     pub fn builtin_agents(&self) -> Vec<String> {
         let config = &self.project.config;
         let mut out: Vec<String> = Vec::new();

@@ -1,7 +1,7 @@
 //! From task files to a [`Plan`]: discovery, validation across files,
 //! context resolution, the DAG and the input hashes.
 //!
-//! [`load`] reads and checks (`load.rs`), [`plan`] hashes and decides each
+//! [`load()`] reads and checks (`load.rs`), [`plan()`] hashes and decides each
 //! task's state (`hashing.rs`); a task's effective settings are in
 //! `settings.rs`, the helpers that spread work over the cores in `par.rs`.
 
