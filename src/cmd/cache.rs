@@ -72,7 +72,7 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
             Ok(())
         }
         CacheCommand::Gc { keep } => {
-            let lock = cassist_core::lock::Lock::load(&root).map_err(|e| Error::Input(e.0))?;
+            let lock = cassist_core::lock::Lock::load(&root).map_err(|e| Error::Input(e.to_string()))?;
             let referenced: HashSet<String> = lock.tasks.values().map(|l| l.before.clone()).collect();
             let _guard = cassist_core::store::ProjectLock::acquire(&root, || {
                 cassist_core::errln!("waiting for a cassist run on this project to finish...")
@@ -102,7 +102,7 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
             Ok(())
         }
         CacheCommand::Keygen => {
-            let (public, secret) = cassist_remote::sign::keygen().map_err(Error::Internal)?;
+            let (public, secret) = cassist_remote::sign::keygen().map_err(|e| Error::Internal(e.to_string()))?;
             cassist_core::outln!("public {public}");
             cassist_core::outln!("secret {secret}");
             Ok(())

@@ -203,7 +203,7 @@ fn explain(p: &Project, task: &str) -> String {
 /// with the same patch; no temp file is left in the store's folders.
 #[track_caller]
 fn assert_consistent(p: &Project, tasks: &[&str]) {
-    let lock = cassist_core::lock::Lock::load(p.path()).unwrap_or_else(|e| panic!("cassist.lock: {}", e.0));
+    let lock = cassist_core::lock::Lock::load(p.path()).unwrap_or_else(|e| panic!("cassist.lock: {e}"));
     let names: Vec<&str> = lock.tasks.keys().map(String::as_str).collect();
     assert_eq!(names, tasks, "the tasks in cassist.lock");
     let store = cassist_core::store::Store::open(p.path());

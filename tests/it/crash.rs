@@ -159,7 +159,7 @@ fn side(olds: usize, news: usize) -> Side {
 /// if any, names a whole entry with the same patch and after-state.
 #[track_caller]
 fn consistent(p: &Project, when: &str) {
-    let lock = cassist_core::lock::Lock::load(p.path()).unwrap_or_else(|e| panic!("{when}: cassist.lock: {}", e.0));
+    let lock = cassist_core::lock::Lock::load(p.path()).unwrap_or_else(|e| panic!("{when}: cassist.lock: {e}"));
     let store = cassist_core::store::Store::open(p.path());
     for e in std::fs::read_dir(store.dir().join("entries")).into_iter().flatten() {
         let path = e.unwrap().path();

@@ -288,6 +288,6 @@ fn plan_states(p: &Project) -> Vec<[String; 2]> {
 
 /// The tasks `cassist.lock` has a line for.
 fn locked(p: &Project) -> Vec<String> {
-    let lock = cassist_core::lock::Lock::load(p.path()).unwrap_or_else(|e| panic!("cassist.lock: {}", e.0));
+    let lock = cassist_core::lock::Lock::load(p.path()).unwrap_or_else(|e| panic!("cassist.lock: {e}"));
     lock.tasks.into_keys().collect()
 }

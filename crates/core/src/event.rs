@@ -1,5 +1,5 @@
 //! What a run tells the outside world: the state a task ended in, the
-//! report of each finished task (the `--report-json` entry of SPEC 5 and
+//! report of each finished task (its entry in the `--report-json` file, and
 //! what the terminal and CI outputs add to it), and the progress events of
 //! tasks that are running.
 //!
@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-/// How a task ended (SPEC 5).
+/// How a task ended: the `state` of its `--report-json` entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TaskState {
@@ -80,8 +80,8 @@ impl PartState {
     }
 }
 
-/// One subtask in the report (`subtasks` of SPEC 5): the parts it was
-/// split into, if it was, are its own `subtasks`.
+/// One subtask in the report (an item of a task's `subtasks`): the parts
+/// it was split into, if it was, are its own `subtasks`.
 #[derive(Debug, Clone, Serialize)]
 pub struct SubtaskReport {
     pub name: String,
@@ -99,7 +99,8 @@ pub struct SubtaskReport {
     pub subtasks: Vec<SubtaskReport>,
 }
 
-/// What happened to one task: exactly the `--report-json` entry of SPEC 5.
+/// What happened to one task: exactly its entry in the `--report-json`
+/// file.
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskReport {
     pub name: String,
@@ -110,7 +111,8 @@ pub struct TaskReport {
     pub duration_ms: u64,
     pub changed_files: Vec<String>,
     pub acceptance: Vec<AcceptanceReport>,
-    /// The parts of a task that was split (SPEC 3.8), as a tree.
+    /// The parts of a task that was split (an oversized task is cut into
+    /// parts rather than retried whole), as a tree.
     pub subtasks: Vec<SubtaskReport>,
     pub reason: Option<String>,
     pub summary: Option<String>,
@@ -140,13 +142,15 @@ pub struct TaskEnd {
     /// Ended by Ctrl-C.
     pub interrupted: bool,
     /// Not run because `--locked` refused it: it needs an agent. `skipped`
-    /// in the report (SPEC 5's states), a failure in JUnit: the run fails.
+    /// in the report (no state of its own there), a failure in JUnit: the
+    /// run fails.
     pub refused: bool,
     /// A replay of an entry fetched from the remote cache: shown
     /// `replayed (remote)` (the JSON state stays `replayed`).
     pub remote: bool,
     /// The model the agent was told to use (`None`: the CLI's default);
-    /// shown in the summary table (not a field of SPEC 5's report).
+    /// shown in the summary table (not a field of the `--report-json`
+    /// entry).
     pub model: Option<String>,
 }
 

@@ -1,4 +1,5 @@
-//! The documented exit codes (SPEC 5), in one place.
+//! The exit codes cassist documents to its users (the README's
+//! "Commands"), in one place.
 
 /// Every task passed, was up-to-date or was replayed.
 pub const SUCCESS: i32 = 0;

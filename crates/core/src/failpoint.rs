@@ -26,10 +26,8 @@ pub fn hit(name: &str) {
         return;
     };
     if chosen == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *at {
-        // SAFETY: kill(2) on our own pid; nothing after it runs.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
+        // SIGKILL to this very process: nothing after it runs.
+        let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
         // The signal is delivered before kill returns to a single-threaded
         // caller; another thread may run on for an instant: it stops here.
         loop {

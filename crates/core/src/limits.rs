@@ -1,4 +1,4 @@
-//! The size limits of a project (SPEC 2, `limits` in `cassist.kdl`): how
+//! The size limits of a project (`limits` in `cassist.kdl`): how
 //! large one file of a change, a whole change and a transcript may grow;
 //! sizes as written (`"16MiB"`, `"500KB"`) and as shown (`2 GiB`). A leaf.
 
@@ -36,36 +36,29 @@ pub const UNITS: &[(&str, u64)] = &[
 ];
 
 /// Why a size does not read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SizeError {
+    #[error("it is empty")]
     Empty,
     /// It does not start with a whole number.
+    #[error("it must start with a whole number")]
     NoNumber,
     /// `1.5GiB`.
+    #[error("write a whole number of a smaller unit (\"1536MiB\", not \"1.5GiB\")")]
     Fraction,
     /// A number without a unit.
+    #[error("`{0}` has no unit")]
     NoUnit(u64),
     /// A unit that is not one of [`UNITS`] (as written).
+    #[error("unknown unit `{0}`")]
     UnknownUnit(String),
     /// A space between the number and the unit.
+    #[error("no spaces: write the unit right after the number, e.g. \"{0}MiB\"")]
     Space(u64),
+    #[error("it must be larger than zero")]
     Zero,
+    #[error("it is too large")]
     TooLarge,
-}
-
-impl std::fmt::Display for SizeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SizeError::Empty => write!(f, "it is empty"),
-            SizeError::NoNumber => write!(f, "it must start with a whole number"),
-            SizeError::Fraction => write!(f, "write a whole number of a smaller unit (\"1536MiB\", not \"1.5GiB\")"),
-            SizeError::NoUnit(n) => write!(f, "`{n}` has no unit"),
-            SizeError::UnknownUnit(u) => write!(f, "unknown unit `{u}`"),
-            SizeError::Space(n) => write!(f, "no spaces: write the unit right after the number, e.g. \"{n}MiB\""),
-            SizeError::Zero => write!(f, "it must be larger than zero"),
-            SizeError::TooLarge => write!(f, "it is too large"),
-        }
-    }
 }
 
 /// Parses `<whole number><unit>`, the unit one of [`UNITS`] as written
@@ -161,6 +154,19 @@ mod tests {
         assert_eq!(parse_size("0MiB"), Err(SizeError::Zero));
         assert_eq!(parse_size("99999999999999GiB"), Err(SizeError::TooLarge));
         assert_eq!(parse_size("99999999999999999999999B"), Err(SizeError::TooLarge));
+    }
+
+    #[test]
+    fn size_errors_read_as_sentences() {
+        let why = |text: &str| parse_size(text).unwrap_err().to_string();
+        assert_eq!(why(""), "it is empty");
+        assert_eq!(why("MiB"), "it must start with a whole number");
+        assert_eq!(why("16"), "`16` has no unit");
+        assert_eq!(why("1.5GiB"), "write a whole number of a smaller unit (\"1536MiB\", not \"1.5GiB\")");
+        assert_eq!(why("16 MiB"), "no spaces: write the unit right after the number, e.g. \"16MiB\"");
+        assert_eq!(why("16mib"), "unknown unit `mib`");
+        assert_eq!(why("0MiB"), "it must be larger than zero");
+        assert_eq!(why("99999999999999GiB"), "it is too large");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `cassist.lock`: the recorded result of each task, meant to be committed
-//! (SPEC 4). KDL, sorted by task name, one block per task, so diffs stay
-//! small and stable:
+//! with the project (a clone then knows which tasks are done and replays
+//! them from the store). KDL, sorted by task name, one block per task, so
+//! diffs stay small and stable:
 //!
 //! ```kdl
 //! // cassist.lock: what cassist run recorded. Commit this file.
@@ -15,15 +16,15 @@
 //! }
 //! ```
 //!
-//! `before` and `after` are input hashes (SPEC 4): the task's inputs before
-//! its recorded run, and as the run left the project (a later task of the
-//! same run may have changed them). `outputs` is the rest of the
-//! after-state: blake3 over the sorted paths the task's patch wrote or
-//! deleted, each with its content hash as the run left the tree (absent for
-//! a deleted path; see `plan::hash::outputs_hash`). A task is `up-to-date`
-//! when its inputs equal `after` and its outputs still hash to `outputs`. A
-//! line without `outputs` (written by an older cassist) is checked on its
-//! inputs only.
+//! `before` and `after` are input hashes ([`crate::plan::hash`]): the
+//! task's inputs before its recorded run, and as the run left the project
+//! (a later task of the same run may have changed them). `outputs` is the
+//! rest of the after-state: blake3 over the sorted paths the task's patch
+//! wrote or deleted, each with its content hash as the run left the tree
+//! (absent for a deleted path; see [`crate::plan::state::outputs_hash`]).
+//! A task is `up-to-date` when its inputs equal `after` and its outputs
+//! still hash to `outputs`. A line without `outputs` (written by an older
+//! cassist) is checked on its inputs only.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -63,9 +64,28 @@ pub struct LockLine {
     pub entry: Option<LockEntry>,
 }
 
-/// Why a lock file could not be read.
-#[derive(Debug)]
-pub struct LockError(pub String);
+/// Why a lock file could not be read, or written back.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("cannot read {LOCK_FILE}: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("{LOCK_FILE} is nested too deeply to be a lock file; restore it from version control or delete it")]
+    TooDeep,
+    /// Not KDL; `line`: where the parser stopped.
+    #[error("{LOCK_FILE} is not valid KDL (line {line}); restore it from version control or delete it")]
+    NotKdl { line: usize },
+    /// A `version` other than the one this cassist reads (`found`: its
+    /// value, `None` when the node has none).
+    #[error("{LOCK_FILE} has version {found:?}, this cassist reads version {VERSION}; upgrade cassist")]
+    Version { found: Option<KdlValue> },
+    #[error("{LOCK_FILE}: a task without a name")]
+    Unnamed,
+    #[error("{LOCK_FILE}: task `{task}` has no `{field}`")]
+    MissingField { task: String, field: &'static str },
+    /// Writing the changed file ([`Lock::update`]).
+    #[error(transparent)]
+    Write(std::io::Error),
+}
 
 impl Lock {
     pub fn path(root: &Path) -> PathBuf {
@@ -78,7 +98,7 @@ impl Lock {
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Lock::default()),
-            Err(e) => return Err(LockError(format!("cannot read {LOCK_FILE}: {e}"))),
+            Err(e) => return Err(LockError::Read(e)),
         };
         Lock::parse(&text)
     }
@@ -90,37 +110,29 @@ impl Lock {
             return Ok(lock);
         }
         if crate::spec::diag::too_deep(text, crate::spec::diag::MAX_KDL_DEPTH).is_some() {
-            return Err(LockError(format!(
-                "{LOCK_FILE} is nested too deeply to be a lock file; restore it from version control or delete it"
-            )));
+            return Err(LockError::TooDeep);
         }
         let doc = KdlDocument::parse_v2(text).map_err(|e| {
             let at = e.diagnostics.first().map(|d| d.span.offset()).unwrap_or(0);
             let line = text[..at.min(text.len())].matches('\n').count() + 1;
-            LockError(format!(
-                "{LOCK_FILE} is not valid KDL (line {line}); restore it from version control or delete it"
-            ))
+            LockError::NotKdl { line }
         })?;
         let mut lock = Lock::default();
         for node in doc.nodes() {
             match node.name().value() {
                 "version" => match node.get(0) {
                     Some(KdlValue::Integer(VERSION)) => {}
-                    other => {
-                        return Err(LockError(format!(
-                            "{LOCK_FILE} has version {other:?}, this cassist reads version {VERSION}; upgrade cassist"
-                        )));
-                    }
+                    other => return Err(LockError::Version { found: other.cloned() }),
                 },
                 "task" => {
                     let Some(KdlValue::String(name)) = node.get(0) else {
-                        return Err(LockError(format!("{LOCK_FILE}: a task without a name")));
+                        return Err(LockError::Unnamed);
                     };
                     let get = |key: &str| -> Option<String> {
                         node.children()?.get(key)?.get(0).and_then(|v| v.as_string()).map(str::to_owned)
                     };
-                    let field = |key: &str| {
-                        get(key).ok_or_else(|| LockError(format!("{LOCK_FILE}: task `{name}` has no `{key}`")))
+                    let field = |key: &'static str| {
+                        get(key).ok_or_else(|| LockError::MissingField { task: name.clone(), field: key })
                     };
                     let agent_node = node.children().and_then(|c| c.get("agent"));
                     lock.tasks.insert(
@@ -204,15 +216,15 @@ impl Lock {
     /// project lock keeps other processes out), so writers that each know
     /// only their own tasks never undo each other's lines. Nothing is
     /// written when nothing changes.
-    pub fn update(root: &Path, lines: &[LockLine]) -> std::io::Result<()> {
+    pub fn update(root: &Path, lines: &[LockLine]) -> Result<(), LockError> {
         static ONE_WRITER: std::sync::Mutex<()> = std::sync::Mutex::new(());
         if lines.is_empty() {
             return Ok(());
         }
         let _one = ONE_WRITER.lock().unwrap_or_else(|e| e.into_inner());
-        let mut lock = Lock::load(root).map_err(|e| std::io::Error::other(e.0))?;
+        let mut lock = Lock::load(root)?;
         if lock.apply(lines) {
-            lock.save(root)?;
+            lock.save(root).map_err(LockError::Write)?;
         }
         Ok(())
     }
@@ -262,7 +274,7 @@ fn parse_own_format(text: &str) -> Option<Lock> {
     }
 }
 
-/// The value of a string literal written by [`quote`]; `None` if it is
+/// The value of a string literal written by [`push_quoted`]; `None` if it is
 /// not exactly one.
 fn unquote(s: &str) -> Option<String> {
     let inner = s.strip_prefix('"')?.strip_suffix('"')?;
@@ -317,22 +329,19 @@ fn push_quoted(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// The current time, RFC 3339 in UTC, to the second.
+/// The current time, RFC 3339 in UTC, to the second: the `date` of a
+/// lock line. A clock set before 1970 reads as 1970-01-01T00:00:00Z.
 pub fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    rfc3339(secs)
+}
+
+/// `secs` seconds after 1970-01-01T00:00:00Z as `YYYY-MM-DDTHH:MM:SSZ`
+/// (UTC, whole seconds, `Z`); a time past what chrono represents reads as
+/// 1970-01-01T00:00:00Z.
+fn rfc3339(secs: u64) -> String {
+    let at = i64::try_from(secs).ok().and_then(|s| chrono::DateTime::from_timestamp(s, 0)).unwrap_or_default();
+    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 #[cfg(test)]
@@ -398,8 +407,8 @@ mod tests {
     #[test]
     fn rejects_garbage_and_newer_versions() {
         assert!(Lock::parse("task {").is_err());
-        assert!(Lock::parse("version 2\n").unwrap_err().0.contains("upgrade"));
-        assert!(Lock::parse("version 1\ntask \"a\" { before \"x\" }\n").unwrap_err().0.contains("after"));
+        assert!(Lock::parse("version 2\n").unwrap_err().to_string().contains("upgrade"));
+        assert!(Lock::parse("version 1\ntask \"a\" { before \"x\" }\n").unwrap_err().to_string().contains("after"));
     }
 
     #[test]
@@ -430,5 +439,42 @@ mod tests {
         let d = now_rfc3339();
         assert_eq!(d.len(), 20, "{d}");
         assert!(d.starts_with("20") && d.ends_with('Z'));
+    }
+
+    #[test]
+    fn dates_are_utc_to_the_second_with_a_z() {
+        // The lines already committed in lock files were written in this
+        // format: it never changes (no offset, no fraction, four-digit
+        // years, leap days and century years as the calendar has them).
+        for (secs, text) in [
+            (0, "1970-01-01T00:00:00Z"),
+            (59, "1970-01-01T00:00:59Z"),
+            (951_782_400, "2000-02-29T00:00:00Z"),
+            (1_709_210_096, "2024-02-29T12:34:56Z"),
+            (1_767_225_599, "2025-12-31T23:59:59Z"),
+            (1_798_675_200, "2026-12-31T00:00:00Z"),
+            (4_107_542_400, "2100-03-01T00:00:00Z"),
+            (253_402_300_799, "9999-12-31T23:59:59Z"),
+        ] {
+            assert_eq!(rfc3339(secs), text, "{secs}");
+        }
+    }
+
+    #[test]
+    fn errors_say_what_is_wrong_with_the_file() {
+        let msg = |text: &str| Lock::parse(text).unwrap_err().to_string();
+        assert_eq!(
+            msg("version 2\n"),
+            "cassist.lock has version Some(Integer(2)), this cassist reads version 1; upgrade cassist"
+        );
+        assert_eq!(msg("version\n"), "cassist.lock has version None, this cassist reads version 1; upgrade cassist");
+        assert_eq!(
+            msg("task {"),
+            "cassist.lock is not valid KDL (line 1); restore it from version control or delete it"
+        );
+        assert_eq!(msg("version 1\ntask 1\n"), "cassist.lock: a task without a name");
+        assert_eq!(msg("version 1\ntask \"a\" { before \"x\" }\n"), "cassist.lock: task `a` has no `after`");
+        let deep = format!("{}{}", "a {".repeat(200), "}".repeat(200));
+        assert!(matches!(Lock::parse(&deep), Err(LockError::TooDeep)));
     }
 }

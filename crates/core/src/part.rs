@@ -1,7 +1,8 @@
-//! A part of a split task (SPEC 3.8) as the store records it and reports
-//! name it: a file, a piece (header / impl / test), the round that made it.
-//! A leaf: imports nothing of the crate. What replaces a part that was
-//! killed, and the rest of the splitting policy, is in split.rs.
+//! A part of a split task (an oversized task is cut into parts rather
+//! than retried whole) as the store records it and reports name it: a
+//! file, a piece (header / impl / test), the round that made it. A leaf:
+//! imports nothing of the crate. What replaces a part that was killed, and
+//! the rest of the splitting policy, is in cassist-run's `split.rs`.
 
 use std::time::Duration;
 
@@ -62,7 +63,8 @@ impl Part {
         }
     }
 
-    /// The subtask's name (SPEC 3.3): `parent/part`.
+    /// The subtask's name, as reports show it: `parent/part` (the task's
+    /// own name when it is whole).
     pub fn name(&self, parent: &str) -> String {
         if self.is_whole() { parent.to_owned() } else { format!("{parent}/{}", self.label()) }
     }

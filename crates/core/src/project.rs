@@ -85,7 +85,8 @@ impl Project {
         }
     }
 
-    /// The project test commands: `test` if set, else detected (SPEC 2).
+    /// The project test commands: `test` if set, none for `test off`,
+    /// else detected from the project's files.
     pub fn test_commands(&self) -> Vec<String> {
         match &self.config.test {
             TestSetting::Off => Vec::new(),

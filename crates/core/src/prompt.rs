@@ -1,9 +1,11 @@
-//! The prompt an agent gets (SPEC 3.1), rendered from a template: Markdown
+//! The prompt an agent gets, rendered from a template: Markdown
 //! with `{name}` placeholders (the syntax is [`crate::template`]'s).
 
 use crate::template::fill;
 
-/// The default template: the five sections of SPEC 3.1.
+/// The default template: Goal, Context (files, and the findings of the
+/// explore/review tasks it depends on), Constraints (the scope among
+/// them), Acceptance criteria, Reference.
 pub const DEFAULT_TEMPLATE: &str = "\
 # Goal
 {goal}

@@ -59,8 +59,9 @@ pub struct Entry {
     /// Named records (prompts, transcripts, review, acceptance, patch.diff)
     /// → object hash.
     pub records: std::collections::BTreeMap<String, String>,
-    /// The parts a task that had to be split passed with (SPEC 3.8): it
-    /// starts split the next time its inputs change.
+    /// The parts a task that had to be split passed with (an oversized
+    /// task is cut into parts rather than retried whole): it starts split
+    /// the next time its inputs change.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub split: Vec<crate::part::Part>,
 }
@@ -107,26 +108,46 @@ fn objects_of(e: &Entry) -> std::collections::HashSet<String> {
     e.changes.iter().flat_map(|c| [c.new.clone(), c.old.clone()]).flatten().chain(e.records.values().cloned()).collect()
 }
 
-/// Why a store entry cannot be used (SPEC 4: the task then runs as if
-/// there were no entry).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why an object of the store could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    /// Missing or unreadable.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// Its bytes do not hash to its name.
+    #[error("store object {hash} is corrupt")]
+    Corrupt { hash: String },
+}
+
+/// Why a store entry cannot be used (the task then runs as if there were
+/// no entry).
+#[derive(Debug, thiserror::Error)]
 pub enum Unusable {
     /// The entry file is not an entry this cassist reads.
-    Garbage { file: PathBuf, why: String },
+    #[error("its entry {} is unreadable ({why})", .file.display())]
+    Garbage {
+        file: PathBuf,
+        #[source]
+        why: Garbage,
+    },
     /// An object of the change is missing.
+    #[error("store object {object} (the new {path}) is missing")]
     Missing { object: String, path: String },
     /// An object of the change does not hash to its name.
+    #[error("store object {object} (the new {path}) is corrupt")]
     Corrupt { object: String, path: String },
 }
 
-impl std::fmt::Display for Unusable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unusable::Garbage { file, why } => write!(f, "its entry {} is unreadable ({why})", file.display()),
-            Unusable::Missing { object, path } => write!(f, "store object {object} (the new {path}) is missing"),
-            Unusable::Corrupt { object, path } => write!(f, "store object {object} (the new {path}) is corrupt"),
-        }
-    }
+/// Why an entry file is no entry this cassist reads.
+#[derive(Debug, thiserror::Error)]
+pub enum Garbage {
+    #[error(transparent)]
+    Read(std::io::Error),
+    #[error(transparent)]
+    Json(serde_json::Error),
+    /// Another format than [`ENTRY_FORMAT`].
+    #[error("entry format {0}")]
+    Format(u32),
 }
 
 /// What [`Store::output_paths`] reads of an entry: its changes, nothing
@@ -205,10 +226,10 @@ impl Store {
     }
 
     /// The bytes of an object, checked against their hash.
-    pub fn get_object(&self, hash: &str) -> std::io::Result<Vec<u8>> {
+    pub fn get_object(&self, hash: &str) -> Result<Vec<u8>, ObjectError> {
         let bytes = std::fs::read(self.object_path(hash))?;
         if blake3::hash(&bytes).to_hex().as_str() != hash {
-            return Err(std::io::Error::other(format!("store object {hash} is corrupt")));
+            return Err(ObjectError::Corrupt { hash: hash.to_owned() });
         }
         Ok(bytes)
     }
@@ -230,12 +251,12 @@ impl Store {
         let text = match std::fs::read(&file) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Unusable::Garbage { file, why: e.to_string() }),
+            Err(e) => return Err(Unusable::Garbage { file, why: Garbage::Read(e) }),
         };
-        let entry: Entry =
-            serde_json::from_slice(&text).map_err(|e| Unusable::Garbage { file: file.clone(), why: e.to_string() })?;
+        let entry: Entry = serde_json::from_slice(&text)
+            .map_err(|e| Unusable::Garbage { file: file.clone(), why: Garbage::Json(e) })?;
         if entry.format != ENTRY_FORMAT {
-            return Err(Unusable::Garbage { file, why: format!("entry format {}", entry.format) });
+            return Err(Unusable::Garbage { file, why: Garbage::Format(entry.format) });
         }
         Ok(Some(entry))
     }
@@ -285,7 +306,9 @@ impl Store {
         // Compact: `run` reads the entry of every up-to-date task, and two
         // thirds of it are input keys it skips; indentation was a third of
         // the bytes to skip.
-        let json = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
+        // An encoding error (there is none for an entry) would come as an
+        // `InvalidData` one: serde_json's own conversion.
+        let json = serde_json::to_vec(entry)?;
         self.unmark_fetched(&entry.before);
         let path = self.entry_path(&entry.before);
         if flush { write_atomic(&path, &json) } else { crate::fsx::write_cache(&path, &json) }
@@ -586,11 +609,12 @@ mod tests {
         assert_eq!(store.output_paths("b", "another patch"), None);
         // Truncated: present, but not what its name says.
         std::fs::write(store.object_path(&h), b"new").unwrap();
-        assert_eq!(store.usable_entry("b").unwrap_err(), Unusable::Corrupt { object: h.clone(), path: "x".into() });
+        let corrupt = store.usable_entry("b").unwrap_err();
+        assert!(matches!(&corrupt, Unusable::Corrupt { object, path } if *object == h && path == "x"), "{corrupt:?}");
         assert!(store.read_entry("b").unwrap().is_some(), "the entry itself still reads");
         std::fs::remove_file(store.object_path(&h)).unwrap();
         let missing = store.usable_entry("b").unwrap_err();
-        assert_eq!(missing, Unusable::Missing { object: h.clone(), path: "x".into() });
+        assert!(matches!(&missing, Unusable::Missing { object, path } if *object == h && path == "x"), "{missing:?}");
         assert!(missing.to_string().contains(&h), "{missing}");
         std::fs::write(store.entry_path("b"), b"{ not json").unwrap();
         let garbage = store.usable_entry("b").unwrap_err();

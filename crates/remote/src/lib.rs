@@ -1,5 +1,6 @@
-//! The team cache (SPEC 4 "Remote cache"): a remote store behind the local
-//! one, like a Nix substituter. [`Remote`] is the configured remote with
+//! The team cache: a remote store behind the local one, like a Nix
+//! substituter. A task whose inputs have no run in the local store is
+//! looked up there; what a run records is uploaded for the team. [`Remote`] is the configured remote with
 //! the keys whose entries are believed and the key that signs ours.
 //!
 //! Layout, the same on every backend (a name per object): `objects/<blake3>`
@@ -30,7 +31,7 @@ use tokio::task::JoinSet;
 
 use cassist_core::spec::remote::{RemoteUrl, parse_url};
 use cassist_core::spec::{ProjectConfig, SpecDiagnostic};
-use cassist_core::store::{ENTRY_FORMAT, Entry, Store};
+use cassist_core::store::{ENTRY_FORMAT, Entry, ObjectError, Store};
 
 /// Connecting to the remote.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -152,23 +153,62 @@ impl Inner {
 
     /// The result of a request, a [`Fault::Down`] marking the remote
     /// unavailable.
-    fn seen<T>(&self, r: Result<T, Fault>) -> Result<T, Option<String>> {
+    fn seen<T>(&self, r: Result<T, Fault>) -> Result<T, EntryError> {
         match r {
             Ok(v) => Ok(v),
             Err(Fault::Down(why)) => {
                 self.mark_down(why);
-                Err(None)
+                Err(EntryError::Down)
             }
-            Err(Fault::Item(why)) => Err(Some(why)),
+            Err(Fault::Item(why)) => Err(EntryError::Item(why)),
         }
     }
 }
 
+/// Why one entry was not fetched, or not uploaded: the words of its
+/// warning, but for [`EntryError::Down`], said once for all.
+#[derive(Debug, thiserror::Error)]
+enum EntryError {
+    /// The remote became unavailable (its warning says why, once).
+    #[error("the remote cache is unavailable")]
+    Down,
+    /// This one name could not be had.
+    #[error("{0}")]
+    Item(String),
+    #[error(transparent)]
+    Envelope(#[from] sign::OpenError),
+    #[error("truncated or unreadable entry ({0})")]
+    Unreadable(#[source] serde_json::Error),
+    #[error("entry format {0} is not one this cassist reads")]
+    Format(u32),
+    /// Signed under another input hash than the one it was found under.
+    #[error("it is the entry of input hash {found}, not {before}")]
+    Misnamed { found: String, before: String },
+    #[error("object {0} is missing on the remote")]
+    MissingObject(String),
+    #[error("object {hash} hashes to {got}")]
+    BadObject { hash: String, got: String },
+    #[error("cannot write the local store: {0}")]
+    LocalStore(#[source] std::io::Error),
+    #[error("no signing key")]
+    NoSigner,
+    /// The local entry to upload does not read.
+    #[error("its store entry is unreadable: {0}")]
+    LocalEntry(#[source] std::io::Error),
+    #[error("its store entry is unreadable: {0}")]
+    LocalEntryParse(#[source] serde_json::Error),
+    #[error("object {hash}: {source}")]
+    LocalObject {
+        hash: String,
+        #[source]
+        source: ObjectError,
+    },
+}
+
 pub use cassist_core::team::Fill;
 
-/// An upload under way: the task, and its end (`Err("")`: the remote
-/// became unavailable).
-type Upload = (String, tokio::task::JoinHandle<Result<(), String>>);
+/// An upload under way: the task, and its end.
+type Upload = (String, tokio::task::JoinHandle<Result<(), EntryError>>);
 
 /// The configured remote cache.
 pub struct Remote {
@@ -240,7 +280,9 @@ impl Remote {
             trusted.push(s.verifying_key());
         }
         let remote_config = cache.remote.as_ref();
-        let internal = |e: String| SpecDiagnostic::error("remote-failed", format!("cannot use the remote cache: {e}"));
+        fn internal(e: impl std::fmt::Display) -> SpecDiagnostic {
+            SpecDiagnostic::error("remote-failed", format!("cannot use the remote cache: {e}"))
+        }
         // TLS through rustls with ring (no C toolchain needed); installed
         // once per process, a second call is refused harmlessly.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -248,7 +290,7 @@ impl Remote {
             .connect_timeout(CONNECT_TIMEOUT)
             .pool_max_idle_per_host(PARALLEL_LOOKUPS)
             .build()
-            .map_err(|e| internal(e.to_string()))?;
+            .map_err(internal)?;
         let backend = match parse_url(&url).map_err(internal)? {
             RemoteUrl::S3 { bucket, prefix } => Backend::S3(
                 s3::S3::new(
@@ -269,7 +311,7 @@ impl Remote {
             .thread_name("cassist-remote")
             .enable_all()
             .build()
-            .map_err(|e| internal(e.to_string()))?;
+            .map_err(internal)?;
         Ok(Some(Remote {
             inner: Arc::new(Inner { shown: url, backend, trusted, signer, down: Mutex::new(None) }),
             rt: Some(rt),
@@ -342,7 +384,7 @@ impl Remote {
         // the entries found and verified, each transfer bounded.
         let budget = self.budget(wanted.len());
         let slots = Arc::new(Semaphore::new(PARALLEL_LOOKUPS));
-        type Found = Result<Option<(Entry, String)>, Option<String>>;
+        type Found = Result<Option<(Entry, String)>, EntryError>;
         let mut found: Vec<(String, String, Found)> = Vec::new();
         let finished = self.rt().block_on(async {
             let mut set = JoinSet::new();
@@ -350,7 +392,7 @@ impl Remote {
                 let (inner, slots) = (self.inner.clone(), slots.clone());
                 set.spawn(async move {
                     let _slot = slots.acquire_owned().await;
-                    let r = if inner.is_down() { Err(None) } else { look_up(&inner, &key).await };
+                    let r = if inner.is_down() { Err(EntryError::Down) } else { look_up(&inner, &key).await };
                     (task, key, r)
                 });
             }
@@ -367,7 +409,7 @@ impl Remote {
         if !finished {
             self.out_of_budget();
         }
-        let mut results: Vec<(String, String, Result<(), Option<String>>)> = Vec::new();
+        let mut results: Vec<(String, String, Result<(), EntryError>)> = Vec::new();
         let mut verified = Vec::new();
         for (task, key, r) in found {
             match r {
@@ -382,8 +424,11 @@ impl Remote {
                 let (inner, store, slots) = (self.inner.clone(), store.clone(), slots.clone());
                 set.spawn(async move {
                     let _slot = slots.acquire_owned().await;
-                    let r =
-                        if inner.is_down() { Err(None) } else { fetch_objects(&inner, &store, entry, &signer).await };
+                    let r = if inner.is_down() {
+                        Err(EntryError::Down)
+                    } else {
+                        fetch_objects(&inner, &store, entry, &signer).await
+                    };
                     (task, key, r)
                 });
             }
@@ -397,10 +442,8 @@ impl Remote {
         for (task, key, r) in results {
             match r {
                 Ok(()) => fill.fetched.push(key),
-                Err(None) => {}
-                Err(Some(why)) => {
-                    fill.warnings.push(format!("the remote cache entry of task `{task}` is not used: {why}"))
-                }
+                Err(EntryError::Down) => {}
+                Err(why) => fill.warnings.push(format!("the remote cache entry of task `{task}` is not used: {why}")),
             }
         }
         fill.warnings.extend(self.down_warning());
@@ -461,7 +504,7 @@ impl Remote {
         let handle = self.rt().spawn(async move {
             let _slot = slots.acquire_owned().await;
             if inner.is_down() {
-                return Err(String::new());
+                return Err(EntryError::Down);
             }
             upload(&inner, &store, &b).await
         });
@@ -486,7 +529,7 @@ impl Remote {
             for (task, mut handle) in pending {
                 match tokio::time::timeout_at(deadline, &mut handle).await {
                     Ok(Ok(Ok(()))) => done += 1,
-                    Ok(Ok(Err(why))) if why.is_empty() => missed.push(task),
+                    Ok(Ok(Err(EntryError::Down))) => missed.push(task),
                     Ok(Ok(Err(why))) => {
                         warnings.push(format!("the run of task `{task}` was not uploaded to the remote cache: {why}"))
                     }
@@ -512,20 +555,20 @@ impl Remote {
 }
 
 /// The entry the remote holds for `before`, and its signer, if it passes
-/// every check of its envelope: `Ok(None)` when there is none,
-/// `Err(Some(why))` when it is not used, `Err(None)` when the remote
-/// became unavailable.
-async fn look_up(inner: &Inner, before: &str) -> Result<Option<(Entry, String)>, Option<String>> {
+/// every check of its envelope: `Ok(None)` when there is none, why not
+/// when it is not used ([`EntryError::Down`]: the remote became
+/// unavailable).
+async fn look_up(inner: &Inner, before: &str) -> Result<Option<(Entry, String)>, EntryError> {
     let Some(envelope) = inner.seen(inner.backend.get(&entry_name(before), REQUEST_TIMEOUT).await)? else {
         return Ok(None);
     };
     let (bytes, signer) = sign::open(&envelope, before, &inner.trusted)?;
-    let entry: Entry = serde_json::from_slice(&bytes).map_err(|e| format!("truncated or unreadable entry ({e})"))?;
+    let entry: Entry = serde_json::from_slice(&bytes).map_err(EntryError::Unreadable)?;
     if entry.format != ENTRY_FORMAT {
-        return Err(Some(format!("entry format {} is not one this cassist reads", entry.format)));
+        return Err(EntryError::Format(entry.format));
     }
     if entry.before != before {
-        return Err(Some(format!("it is the entry of input hash {}, not {before}", entry.before)));
+        return Err(EntryError::Misnamed { found: entry.before, before: before.to_owned() });
     }
     Ok(Some((entry, signer)))
 }
@@ -533,7 +576,7 @@ async fn look_up(inner: &Inner, before: &str) -> Result<Option<(Entry, String)>,
 /// Fetches the objects of a verified `entry` the local store lacks, checks
 /// each against its name, then writes them and the entry (marked fetched)
 /// into the store; nothing is written unless all are whole.
-async fn fetch_objects(inner: &Inner, store: &Store, entry: Entry, signer: &str) -> Result<(), Option<String>> {
+async fn fetch_objects(inner: &Inner, store: &Store, entry: Entry, signer: &str) -> Result<(), EntryError> {
     let mut objects: HashMap<String, Vec<u8>> = HashMap::new();
     let mut names: Vec<String> = entry.objects().into_iter().collect();
     names.sort();
@@ -542,43 +585,39 @@ async fn fetch_objects(inner: &Inner, store: &Store, entry: Entry, signer: &str)
             continue;
         }
         let Some(bytes) = inner.seen(inner.backend.get(&object_name(&h), TRANSFER_TIMEOUT).await)? else {
-            return Err(Some(format!("object {h} is missing on the remote")));
+            return Err(EntryError::MissingObject(h));
         };
         let got = blake3::hash(&bytes).to_hex().to_string();
         if got != h {
-            return Err(Some(format!("object {h} hashes to {got}")));
+            return Err(EntryError::BadObject { hash: h, got });
         }
         objects.insert(h, bytes);
     }
     for bytes in objects.values() {
-        store.put_object(bytes).map_err(|e| format!("cannot write the local store: {e}"))?;
+        store.put_object(bytes).map_err(EntryError::LocalStore)?;
     }
-    store.put_fetched_entry(&entry, signer).map_err(|e| format!("cannot write the local store: {e}"))?;
+    store.put_fetched_entry(&entry, signer).map_err(EntryError::LocalStore)?;
     Ok(())
 }
 
 /// Uploads one recorded entry: missing objects, then the signed entry.
-/// `Err("")`: the remote became unavailable (said once, elsewhere).
-async fn upload(inner: &Inner, store: &Store, before: &str) -> Result<(), String> {
-    let signer = inner.signer.as_ref().ok_or("no signing key")?;
-    let bytes = std::fs::read(store.entry_path(before)).map_err(|e| format!("its store entry is unreadable: {e}"))?;
-    let entry: Entry = serde_json::from_slice(&bytes).map_err(|e| format!("its store entry is unreadable: {e}"))?;
+/// [`EntryError::Down`]: the remote became unavailable (said once,
+/// elsewhere).
+async fn upload(inner: &Inner, store: &Store, before: &str) -> Result<(), EntryError> {
+    let signer = inner.signer.as_ref().ok_or(EntryError::NoSigner)?;
+    let bytes = std::fs::read(store.entry_path(before)).map_err(EntryError::LocalEntry)?;
+    let entry: Entry = serde_json::from_slice(&bytes).map_err(EntryError::LocalEntryParse)?;
     let mut names: Vec<String> = entry.objects().into_iter().collect();
     names.sort();
     for h in names {
-        if said(inner, inner.backend.has(&object_name(&h)).await)? {
+        if inner.seen(inner.backend.has(&object_name(&h)).await)? {
             continue;
         }
-        let object = store.get_object(&h).map_err(|e| format!("object {h}: {e}"))?;
-        said(inner, inner.backend.put(&object_name(&h), object).await)?;
+        let object = store.get_object(&h).map_err(|source| EntryError::LocalObject { hash: h.clone(), source })?;
+        inner.seen(inner.backend.put(&object_name(&h), object).await)?;
     }
     let envelope = sign::seal(signer, before, &bytes);
-    said(inner, inner.backend.put(&entry_name(before), envelope).await)
-}
-
-/// [`Inner::seen`] for an upload: the remote's unavailability is `""`.
-fn said<T>(inner: &Inner, r: Result<T, Fault>) -> Result<T, String> {
-    inner.seen(r).map_err(Option::unwrap_or_default)
+    inner.seen(inner.backend.put(&entry_name(before), envelope).await)
 }
 
 /// The run pipeline reaches the remote only through this trait.
@@ -605,6 +644,19 @@ mod tests {
         assert_eq!(object_name("ab12"), "objects/ab12");
         assert_eq!(entry_name("cd34"), "entries/cd34");
         assert_eq!(turbo::artifact_id("entries/cd34"), "cassist-entries-cd34");
+    }
+
+    #[test]
+    fn an_entry_not_used_says_why_in_the_words_of_its_warning() {
+        let misnamed = EntryError::Misnamed { found: "a1".into(), before: "b2".into() };
+        assert_eq!(misnamed.to_string(), "it is the entry of input hash a1, not b2");
+        let bad = EntryError::BadObject { hash: "h".into(), got: "g".into() };
+        assert_eq!(bad.to_string(), "object h hashes to g");
+        assert_eq!(EntryError::MissingObject("h".into()).to_string(), "object h is missing on the remote");
+        assert_eq!(EntryError::Format(9).to_string(), "entry format 9 is not one this cassist reads");
+        assert_eq!(EntryError::Item("truncated (eof)".into()).to_string(), "truncated (eof)");
+        let unsigned = EntryError::from(sign::OpenError::BadSignature);
+        assert_eq!(unsigned.to_string(), "bad signature");
     }
 
     #[test]

@@ -23,7 +23,7 @@ impl S3 {
         endpoint: Option<&str>,
         region: Option<&str>,
         client: reqwest::Client,
-    ) -> Result<S3, String> {
+    ) -> Result<S3, opendal::Error> {
         let mut b = opendal::services::S3::default()
             .bucket(bucket)
             .root(&format!("/{prefix}"))
@@ -43,8 +43,7 @@ impl S3 {
             }
             _ => b = b.skip_signature(),
         }
-        let op =
-            Operator::new(b).map_err(|e| e.to_string())?.layer(HttpClientLayer::new(HttpClient::with(client))).finish();
+        let op = Operator::new(b)?.layer(HttpClientLayer::new(HttpClient::with(client))).finish();
         Ok(S3 { op })
     }
 

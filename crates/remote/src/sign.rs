@@ -1,6 +1,9 @@
-//! Signed entries (plan15 decision 3): the envelope a remote holds under
+//! Signed entries: the envelope a remote holds under
 //! `entries/<before-input-hash>`, its ed25519 signature, and the checks a
-//! fetched entry passes before anything of it is used.
+//! fetched entry passes before anything of it is used. A remote is shared
+//! storage anyone with write access can fill, so an entry is believed only
+//! when a key the project trusts (`trusted-key` in `cassist.kdl`) signed
+//! it; objects are checked against their hashes besides.
 //!
 //! The signature covers `"cassist-remote-entry-v1\n" + before + "\n" +
 //! entry bytes`: it binds the entry to its name, so a valid entry cannot
@@ -9,7 +12,7 @@
 use base64::Engine as _;
 use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
 
-use cassist_core::spec::remote::{PUBLIC_PREFIX, SECRET_PREFIX, decode_key, encode_key};
+use cassist_core::spec::remote::{KeyError, PUBLIC_PREFIX, SECRET_PREFIX, decode_key, encode_key};
 
 const DOMAIN: &str = "cassist-remote-entry-v1\n";
 const ENVELOPE_FORMAT: u32 = 1;
@@ -42,20 +45,52 @@ pub fn public_text(key: &VerifyingKey) -> String {
     encode_key(key.as_bytes(), PUBLIC_PREFIX)
 }
 
+/// 32 bytes that are no ed25519 public key.
+#[derive(Debug, thiserror::Error)]
+#[error("it is not an ed25519 public key")]
+pub struct NotAPublicKey(#[source] ed25519_dalek::SignatureError);
+
+/// The system gave no random bytes for a new key.
+#[derive(Debug, thiserror::Error)]
+#[error("no randomness from the system: {0}")]
+pub struct NoRandomness(getrandom::Error);
+
+/// Why a fetched envelope is not used, in the words of the warning.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("truncated or unreadable entry ({0})")]
+    Unreadable(#[source] serde_json::Error),
+    #[error("truncated or unreadable entry ({0})")]
+    Encoding(#[source] base64::DecodeError),
+    #[error("entry envelope format {0} is not one this cassist reads")]
+    Format(u32),
+    #[error("bad signing key: {0}")]
+    Key(#[source] KeyError),
+    /// Signed by a key the project does not trust (its text).
+    #[error("untrusted key {}", cassist_core::text::printable(.0))]
+    Untrusted(String),
+    #[error("bad signature (unreadable)")]
+    SignatureUnreadable,
+    /// The signature does not verify: the entry, its name or its key was
+    /// changed after signing.
+    #[error("bad signature")]
+    BadSignature,
+}
+
 /// A secret key from its text (`CASSIST_CACHE_SIGNING_KEY`).
-pub fn secret_from_text(text: &str) -> Result<SigningKey, String> {
+pub fn secret_from_text(text: &str) -> Result<SigningKey, KeyError> {
     decode_key(text, SECRET_PREFIX).map(|seed| SigningKey::from_bytes(&seed))
 }
 
 /// A public key from its 32 bytes, or why they are not one.
-pub fn public_from_bytes(bytes: &[u8; 32]) -> Result<VerifyingKey, String> {
-    VerifyingKey::from_bytes(bytes).map_err(|_| "it is not an ed25519 public key".to_owned())
+pub fn public_from_bytes(bytes: &[u8; 32]) -> Result<VerifyingKey, NotAPublicKey> {
+    VerifyingKey::from_bytes(bytes).map_err(NotAPublicKey)
 }
 
 /// A new key pair: (`public …`, `secret …`) texts.
-pub fn keygen() -> Result<(String, String), String> {
+pub fn keygen() -> Result<(String, String), NoRandomness> {
     let mut seed = [0u8; 32];
-    getrandom::fill(&mut seed).map_err(|e| format!("no randomness from the system: {e}"))?;
+    getrandom::fill(&mut seed).map_err(NoRandomness)?;
     let key = SigningKey::from_bytes(&seed);
     Ok((public_text(&key.verifying_key()), encode_key(&seed, SECRET_PREFIX)))
 }
@@ -76,22 +111,22 @@ pub fn seal(key: &SigningKey, before: &str, entry: &[u8]) -> Vec<u8> {
 /// The entry bytes of an envelope fetched under `before`, and its signer's
 /// key (text), if it reads, is signed by one of `trusted` and its
 /// signature verifies; else why not, in the words of the warning.
-pub fn open(envelope: &[u8], before: &str, trusted: &[VerifyingKey]) -> Result<(Vec<u8>, String), String> {
-    let env: Envelope = serde_json::from_slice(envelope).map_err(|e| format!("truncated or unreadable entry ({e})"))?;
+pub fn open(envelope: &[u8], before: &str, trusted: &[VerifyingKey]) -> Result<(Vec<u8>, String), OpenError> {
+    let env: Envelope = serde_json::from_slice(envelope).map_err(OpenError::Unreadable)?;
     if env.format != ENVELOPE_FORMAT {
-        return Err(format!("entry envelope format {} is not one this cassist reads", env.format));
+        return Err(OpenError::Format(env.format));
     }
-    let key_bytes = decode_key(&env.key, PUBLIC_PREFIX).map_err(|why| format!("bad signing key: {why}"))?;
+    let key_bytes = decode_key(&env.key, PUBLIC_PREFIX).map_err(OpenError::Key)?;
     let Some(key) = trusted.iter().find(|k| k.as_bytes() == &key_bytes) else {
-        return Err(format!("untrusted key {}", cassist_core::text::printable(&env.key)));
+        return Err(OpenError::Untrusted(env.key));
     };
-    let entry = b64().decode(&env.entry).map_err(|e| format!("truncated or unreadable entry ({e})"))?;
+    let entry = b64().decode(&env.entry).map_err(OpenError::Encoding)?;
     let sig = b64()
         .decode(&env.sig)
         .ok()
         .and_then(|s| Signature::from_slice(&s).ok())
-        .ok_or_else(|| "bad signature (unreadable)".to_owned())?;
-    key.verify_strict(&message(before, &entry), &sig).map_err(|_| "bad signature".to_owned())?;
+        .ok_or(OpenError::SignatureUnreadable)?;
+    key.verify_strict(&message(before, &entry), &sig).map_err(|_| OpenError::BadSignature)?;
     Ok((entry, env.key))
 }
 
@@ -123,19 +158,20 @@ mod tests {
         let (_, other) = pair();
         let env = seal(&k, "hash-a", b"entry bytes");
         // Moved to another name: the signature binds the name.
-        assert_eq!(open(&env, "hash-b", &[v]).unwrap_err(), "bad signature");
+        assert_eq!(open(&env, "hash-b", &[v]).unwrap_err().to_string(), "bad signature");
         // Signed by a key nobody trusts.
-        assert!(open(&env, "hash-a", &[other]).unwrap_err().starts_with("untrusted key cassist-ed25519:"));
+        assert!(open(&env, "hash-a", &[other]).unwrap_err().to_string().starts_with("untrusted key cassist-ed25519:"));
         // The entry changed after signing.
         let mut doc: serde_json::Value = serde_json::from_slice(&env).unwrap();
         doc["entry"] = b64().encode(b"entry bytez").into();
-        assert_eq!(open(&serde_json::to_vec(&doc).unwrap(), "hash-a", &[v]).unwrap_err(), "bad signature");
+        assert_eq!(open(&serde_json::to_vec(&doc).unwrap(), "hash-a", &[v]).unwrap_err().to_string(), "bad signature");
         // Another key's signature under this key's name.
         let mut doc: serde_json::Value = serde_json::from_slice(&env).unwrap();
         doc["key"] = public_text(&other).into();
-        assert!(open(&serde_json::to_vec(&doc).unwrap(), "hash-a", &[v, other]).unwrap_err().contains("bad signature"));
+        let moved_key = open(&serde_json::to_vec(&doc).unwrap(), "hash-a", &[v, other]).unwrap_err();
+        assert!(moved_key.to_string().contains("bad signature"));
         // Cut short.
-        assert!(open(&env[..env.len() / 2], "hash-a", &[v]).unwrap_err().starts_with("truncated"));
+        assert!(open(&env[..env.len() / 2], "hash-a", &[v]).unwrap_err().to_string().starts_with("truncated"));
         // Unsigned (no sig field).
         let unsigned = format!("{{\"format\":1,\"entry\":\"{}\"}}", b64().encode(b"x"));
         assert!(open(unsigned.as_bytes(), "hash-a", &[v]).is_err());
@@ -143,7 +179,7 @@ mod tests {
 
     #[test]
     fn bad_secret_keys_say_why() {
-        assert!(secret_from_text("cassist-ed25519:AAAA").unwrap_err().contains("starts with"));
-        assert!(secret_from_text("cassist-ed25519-secret:AAAA").unwrap_err().contains("bytes"));
+        assert!(secret_from_text("cassist-ed25519:AAAA").unwrap_err().to_string().contains("starts with"));
+        assert!(secret_from_text("cassist-ed25519-secret:AAAA").unwrap_err().to_string().contains("bytes"));
     }
 }

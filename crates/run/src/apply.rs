@@ -21,7 +21,7 @@ pub enum ApplyError {
     Refused { path: String, why: String },
     /// A stored object cannot be read.
     #[error("{0}")]
-    Object(std::io::Error),
+    Object(cassist_core::store::ObjectError),
     #[error("{0}")]
     Os(std::io::Error),
     #[error("{0}: {1}")]

@@ -309,7 +309,7 @@ type Job = Box<dyn FnOnce(&Runner, &PlannedTask) -> TaskResult + Send>;
 /// task's integration.
 fn rehash(runner: &Runner, t: &mut PlannedTask, outputs: &HashMap<String, String>) -> Result<(), String> {
     let _no_integration = runner.integration.read().unwrap_or_else(|e| e.into_inner());
-    runner.plan.rehash(t, outputs)
+    runner.plan.rehash(t, outputs).map_err(|e| e.to_string())
 }
 
 enum Start {

@@ -1817,7 +1817,7 @@ pub fn integrate(root: &Path, changes: &ChangeSet, started: i128) -> Result<jour
             None => transaction.delete(&c.path),
         }
     }
-    transaction.begin().map_err(io)
+    transaction.begin().map_err(|e| IntegrateError::Io(e.to_string()))
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
-//! Resolving context, scope and reference globs against the project
-//! (SPEC 1: paths relative to the root; no absolute paths, no `..` escapes,
-//! no symlinks out of the project; a context entry must match something).
+//! Resolving context, scope and reference globs against the project: paths
+//! relative to the root; no absolute paths, no `..` escapes, no symlinks
+//! out of the project; a context entry must match something.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,11 +16,18 @@ pub struct ResolvedFile {
 }
 
 /// Why a pattern could not be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
     /// A file (or a folder on the way to it) is a symlink leading out of
     /// the project.
+    #[error("`{path}` leads outside the project (to {target})")]
     Escapes { path: String, target: String },
+}
+
+/// Sorts `files` by path and keeps each path once.
+pub fn sort_unique(files: &mut Vec<ResolvedFile>) {
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.dedup_by(|a, b| a.path == b.path);
 }
 
 /// Resolves patterns under one root, caching folder listings and symlink

@@ -2,14 +2,13 @@
 //! that an unchanged re-plan reads no file contents.
 //!
 //! The cache is a text file of lines `ino size mtime_ns hash path`, written
-//! atomically. An entry whose mtime is within [`RACY_WINDOW_NS`] of the time
+//! atomically. An entry whose mtime is within two seconds of the time
 //! it was hashed is not trusted later (the file could have changed again in
 //! the same clock tick, the "racy git" problem), so it is hashed again.
 
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::context::ResolvedFile;
@@ -115,11 +114,7 @@ impl FileHashCache {
 
     /// The blake3 hash of each file, in order. Files whose size, mtime and
     /// inode match the cache are not read.
-    pub fn hash_files(
-        &mut self,
-        root: &Path,
-        files: &[&ResolvedFile],
-    ) -> Result<Vec<[u8; 32]>, (String, std::io::Error)> {
+    pub fn hash_files(&mut self, root: &Path, files: &[&ResolvedFile]) -> Result<Vec<[u8; 32]>, ReadError> {
         let mut out: Vec<Option<[u8; 32]>> = vec![None; files.len()];
         let mut todo = Vec::new();
         for (i, f) in files.iter().enumerate() {
@@ -132,7 +127,7 @@ impl FileHashCache {
             let results = hash_parallel(root, files, &todo);
             let now = now_ns();
             for (i, r) in todo.iter().zip(results) {
-                let hash = r.map_err(|e| (files[*i].path.clone(), e))?;
+                let hash = r.map_err(|source| ReadError { path: files[*i].path.clone(), source })?;
                 out[*i] = Some(hash);
                 let f = files[*i];
                 let trusted = now - f.stamp.mtime_ns > RACY_WINDOW_NS;
@@ -194,6 +189,16 @@ fn now_ns() -> i128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128)
 }
 
+/// A file of the project that could not be read to be hashed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {path}: {source}")]
+pub struct ReadError {
+    /// Relative to the project root.
+    pub path: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
 /// Threads that read and hash files at once. More than the cores: a file
 /// not in the page cache keeps its thread waiting for the disk, and disks
 /// (and network file systems) serve many reads at once; on a 2-core
@@ -219,30 +224,29 @@ fn hash_parallel(root: &Path, files: &[&ResolvedFile], todo: &[usize]) -> Vec<st
         return todo.iter().map(|&i| hash_file(&root.join(&files[i].path), &mut buf)).collect();
     }
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<std::io::Result<[u8; 32]>>>> = Mutex::new((0..todo.len()).map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                let mut buf = vec![0u8; 256 * 1024];
-                loop {
-                    let k = next.fetch_add(1, Ordering::Relaxed);
-                    if k >= todo.len() {
-                        break;
+    // Each thread hands back what it hashed, by index: every index is
+    // taken by exactly one thread.
+    let mut hashed: Vec<(usize, std::io::Result<[u8; 32]>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut buf = vec![0u8; 256 * 1024];
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        if k >= todo.len() {
+                            break;
+                        }
+                        mine.push((k, hash_file(&root.join(&files[todo[k]].path), &mut buf)));
                     }
-                    let r = hash_file(&root.join(&files[todo[k]].path), &mut buf);
-                    if let Ok(mut g) = results.lock() {
-                        g[k] = Some(r);
-                    }
-                }
-            });
-        }
+                    mine
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     });
-    results
-        .into_inner()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(std::io::Error::other("not hashed"))))
-        .collect()
+    hashed.sort_unstable_by_key(|(k, _)| *k);
+    hashed.into_iter().map(|(_, r)| r).collect()
 }
 
 /// blake3 of one file's content.

@@ -1,4 +1,6 @@
-//! The input hash (SPEC 4): a canonical serde document of named parts,
+//! The input hash of a task (what decides whether a recorded run can stand
+//! for it; the README's "How the hash is made"): a canonical serde
+//! document of named parts,
 //! hashed with blake3. The document itself can be printed and diffed, which
 //! is how `explain` says what changed.
 

@@ -1,4 +1,4 @@
-//! A task's state against `cassist.lock` and the store (SPEC 4), the
+//! A task's state against `cassist.lock` and the store, the
 //! outputs part of its after-state, and the replays a plan predicts.
 //!
 //! - `up-to-date`: the inputs equal the lock's `after` and the task's
@@ -59,7 +59,7 @@ pub struct Cached {
     /// The recorded patch, handed to dependents (`up-to-date`, `replay`).
     pub patch: Option<String>,
     /// A store entry that would have been used but cannot be: why (the
-    /// task then runs as if there were none, SPEC 4).
+    /// task then runs as if there were none, with a warning).
     pub unusable: Option<String>,
     /// [`Basis::OutputsChanged`]: which, in words ("output out/x.txt
     /// deleted").
@@ -195,7 +195,7 @@ impl OutputIndex {
             return Ok(());
         }
         let sorted: BTreeMap<&String, &Vec<String>> = self.patches.iter().collect();
-        crate::fsx::write_cache(&self.path, &serde_json::to_vec(&sorted).map_err(std::io::Error::other)?)?;
+        crate::fsx::write_cache(&self.path, &serde_json::to_vec(&sorted)?)?;
         self.dirty = false;
         Ok(())
     }

@@ -69,7 +69,7 @@ impl SpecCache {
         if !self.dirty {
             return Ok(());
         }
-        let bytes = serde_json::to_vec(&self.doc).map_err(std::io::Error::other)?;
+        let bytes = serde_json::to_vec(&self.doc)?;
         crate::fsx::write_cache(&self.path, &bytes)?;
         self.dirty = false;
         Ok(())

@@ -1,4 +1,6 @@
-//! The project config `cassist.kdl` (SPEC 2), and the fallback trust source
+//! The project config `cassist.kdl` at the project root (optional: trust,
+//! defaults, cache, limits, setup/test/build commands, the prompt
+//! template, instructions, custom agents), and the fallback trust source
 //! `.agents/config.toml`.
 
 use std::collections::BTreeMap;
@@ -40,7 +42,8 @@ pub struct Trust {
     pub origin: TrustOrigin,
 }
 
-/// The project test command (SPEC 2).
+/// The project's test commands, run after a changing task's acceptance:
+/// `test` in `cassist.kdl`, `test off`, or detected when not set.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum TestSetting {
     /// Not set: detected from the project's files.

@@ -10,7 +10,7 @@ use kdl::{KdlEntry, KdlNode, KdlValue};
 use miette::SourceSpan;
 
 use super::diag::{Diagnostics, SourceFile, Spanned, SpecDiagnostic, suggestion};
-use super::duration::parse_duration;
+use super::duration::{DurationError, parse_duration};
 use crate::limits::{SizeError, UNITS, parse_size, unit_hint};
 
 /// Reads nodes of one file, collecting diagnostics.
@@ -201,12 +201,10 @@ impl<'a> Reader<'a> {
                         "bad-duration",
                         format!("invalid duration `{s}` for `{node_name}`: {why}"),
                         entry.span(),
-                        if why.starts_with("fractions") {
-                            "not a whole number"
-                        } else if why.contains("zero") {
-                            "must be longer than zero"
-                        } else {
-                            "not a duration"
+                        match why {
+                            DurationError::Fraction(_) => "not a whole number",
+                            DurationError::Zero => "must be longer than zero",
+                            _ => "not a duration",
                         },
                     )
                     .set_help("write a duration like \"90s\", \"3m\" or \"1h30m\" (units: h, m, s, ms)");

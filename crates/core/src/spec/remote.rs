@@ -1,8 +1,9 @@
-//! The `cache { remote …; trusted-key … }` block of `cassist.kdl` (SPEC 2
-//! and 4): where the team's remote cache is and whose entries are
-//! believed. Also the text forms of the keys (`cassist-ed25519:<base64>`),
+//! The `cache { remote …; trusted-key … }` block of `cassist.kdl`: where
+//! the team's remote cache is (a store shared by the team, looked up when
+//! the local one has no run of a task's inputs) and whose signed entries
+//! are believed. Also the text forms of the keys (`cassist-ed25519:<base64>`),
 //! read here so that a bad key in the config is a diagnostic at its spot;
-//! signing and verifying are [`cassist_remote::`]'s.
+//! signing and verifying are the `cassist-remote` crate's.
 
 use base64::Engine as _;
 use kdl::KdlNode;
@@ -44,35 +45,58 @@ pub enum RemoteUrl {
     Turbo { base: String },
 }
 
+/// Why a text is no remote cache URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    #[error("`{0}` names no bucket")]
+    NoBucket(String),
+    #[error("`{0}` names no host")]
+    NoHost(String),
+    #[error("`{0}` is not a remote cache URL: use `s3://bucket/prefix` or `turbo+https://host`")]
+    Scheme(String),
+}
+
+/// Why a key's text does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// It does not start with the prefix of its kind of key.
+    #[error("a key starts with `{0}`")]
+    Prefix(String),
+    #[error("its base64 does not read ({0})")]
+    Base64(#[source] base64::DecodeError),
+    /// Not 32 bytes: how many.
+    #[error("it holds {0} bytes, not 32")]
+    Length(usize),
+}
+
 /// Reads a remote's URL, or says what is wrong with it.
-pub fn parse_url(url: &str) -> Result<RemoteUrl, String> {
+pub fn parse_url(url: &str) -> Result<RemoteUrl, UrlError> {
     if let Some(rest) = url.strip_prefix("s3://") {
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
-            return Err(format!("`{url}` names no bucket"));
+            return Err(UrlError::NoBucket(url.to_owned()));
         }
         return Ok(RemoteUrl::S3 { bucket: bucket.to_owned(), prefix: prefix.trim_matches('/').to_owned() });
     }
     for scheme in ["turbo+http://", "turbo+https://"] {
         if let Some(rest) = url.strip_prefix(scheme) {
             if rest.trim_matches('/').is_empty() {
-                return Err(format!("`{url}` names no host"));
+                return Err(UrlError::NoHost(url.to_owned()));
             }
             let base = format!("{}{}", &scheme["turbo+".len()..], rest.trim_end_matches('/'));
             return Ok(RemoteUrl::Turbo { base });
         }
     }
-    Err(format!("`{url}` is not a remote cache URL: use `s3://bucket/prefix` or `turbo+https://host`"))
+    Err(UrlError::Scheme(url.to_owned()))
 }
 
 /// The 32 bytes of a key written `<prefix><base64>`, or why not.
-pub fn decode_key(text: &str, prefix: &str) -> Result<[u8; 32], String> {
+pub fn decode_key(text: &str, prefix: &str) -> Result<[u8; 32], KeyError> {
     let Some(b64) = text.trim().strip_prefix(prefix) else {
-        return Err(format!("a key starts with `{prefix}`"));
+        return Err(KeyError::Prefix(prefix.to_owned()));
     };
-    let bytes =
-        base64::engine::general_purpose::STANDARD.decode(b64).map_err(|e| format!("its base64 does not read ({e})"))?;
-    bytes.try_into().map_err(|b: Vec<u8>| format!("it holds {} bytes, not 32", b.len()))
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).map_err(KeyError::Base64)?;
+    bytes.try_into().map_err(|b: Vec<u8>| KeyError::Length(b.len()))
 }
 
 /// `<prefix><base64>` of 32 bytes.
@@ -120,7 +144,7 @@ fn read_remote(r: &mut Reader<'_>, node: &KdlNode) -> Option<RemoteConfig> {
     };
     let url = r.string(node, url, EXAMPLE)?;
     if let Err(why) = parse_url(&url.value) {
-        r.error("bad-remote", why, url.span, "unknown remote").set_help(format!("write it as `{EXAMPLE}`"));
+        r.error("bad-remote", why.to_string(), url.span, "unknown remote").set_help(format!("write it as `{EXAMPLE}`"));
         return None;
     }
     let mut prop = |key: &str| r.string_prop(node, key, EXAMPLE).map(|s| s.value);
@@ -149,6 +173,12 @@ mod tests {
         for bad in ["s3://", "http://x", "turbo+http://", "gs://b"] {
             assert!(parse_url(bad).is_err(), "{bad}");
         }
+        assert_eq!(parse_url("s3:///p").unwrap_err().to_string(), "`s3:///p` names no bucket");
+        assert_eq!(parse_url("turbo+https:///").unwrap_err().to_string(), "`turbo+https:///` names no host");
+        assert_eq!(
+            parse_url("gs://b").unwrap_err().to_string(),
+            "`gs://b` is not a remote cache URL: use `s3://bucket/prefix` or `turbo+https://host`"
+        );
     }
 
     #[test]
@@ -156,8 +186,9 @@ mod tests {
         let k = [7u8; 32];
         let text = encode_key(&k, PUBLIC_PREFIX);
         assert_eq!(decode_key(&text, PUBLIC_PREFIX), Ok(k));
-        assert!(decode_key(&text, SECRET_PREFIX).unwrap_err().contains("starts with"));
-        assert!(decode_key("cassist-ed25519:AAAA", PUBLIC_PREFIX).unwrap_err().contains("3 bytes"));
-        assert!(decode_key("cassist-ed25519:!!", PUBLIC_PREFIX).unwrap_err().contains("base64"));
+        let why = |text: &str, prefix: &str| decode_key(text, prefix).unwrap_err().to_string();
+        assert_eq!(why(&text, SECRET_PREFIX), "a key starts with `cassist-ed25519-secret:`");
+        assert_eq!(why("cassist-ed25519:AAAA", PUBLIC_PREFIX), "it holds 3 bytes, not 32");
+        assert!(why("cassist-ed25519:!!", PUBLIC_PREFIX).starts_with("its base64 does not read ("));
     }
 }

@@ -1,4 +1,5 @@
-//! Task files: one or more `task "name" { ... }` nodes (SPEC 1).
+//! Task files: one or more `task "name" { ... }` nodes in a `.kdl` file
+//! (KDL v2, v1 accepted), task names unique across the run.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +50,8 @@ pub struct Task {
     pub source: Arc<SourceFile>,
     pub goal: String,
     pub agent: Option<Spanned<String>>,
-    /// The model the agent CLI is told to use (SPEC 1).
+    /// The model the agent CLI is told to use (`None`: the config's
+    /// default, else the CLI's own).
     pub model: Option<Spanned<String>>,
     pub kind: Kind,
     pub sandbox: Option<Spanned<SandboxLevel>>,

@@ -2,7 +2,9 @@
 
 use std::fmt;
 
-/// What a task does (SPEC 1, "Kinds").
+/// What a task does: `code` changes files; `explore` and `review` are
+/// read-only, their output is the agent's summary (given to the tasks that
+/// depend on them); `test` may run commands but changes no project file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
@@ -46,7 +48,10 @@ impl fmt::Display for Kind {
     }
 }
 
-/// Sandbox levels (SPEC 6), ordered from least to most permissive.
+/// Sandbox levels, ordered from least to most permissive: `read-only`
+/// (no write anywhere but temp folders and the agent's own state),
+/// `workspace-write` (writes in the task's workspace copy only), `full`
+/// (nothing enforced; only in a project that trusts `full`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SandboxLevel {

@@ -303,7 +303,7 @@ impl Runner {
 
 /// The changes could not be written (the transaction is rolled back, or
 /// left to the next command): their tasks fail.
-fn cannot_write(runner: &Runner, kept: Vec<Landing>, mut out: Vec<Flushed>, e: &std::io::Error) -> Vec<Flushed> {
+fn cannot_write(runner: &Runner, kept: Vec<Landing>, mut out: Vec<Flushed>, e: &dyn std::fmt::Display) -> Vec<Flushed> {
     for mut l in kept {
         withdraw(runner, l.recorded.take());
         out.push(Flushed::NotWritten {

@@ -1,0 +1,352 @@
+//! The planner's pieces: a task's settings, the checks of loading, the
+//! input key, the state of each task, and hashing again during a run.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use super::hashing::HashError;
+use super::load::{check_agents_and_sandboxes, drop_duplicate_names, overrides};
+use super::settings::{agent_key, planned_task, spec_key};
+use super::*;
+use crate::spec::Diagnostics;
+use crate::spec::config::{ProjectConfig, parse_config};
+use crate::spec::task::parse_task_file;
+
+/// Task `t` of goal `g` with these more lines.
+fn task(lines: &str) -> Task {
+    tasks(&format!("task \"t\" {{\n    goal \"g\"\n{lines}\n}}\n")).remove(0)
+}
+
+/// The tasks of a task file of this text (`t.kdl`), which must parse.
+fn tasks(text: &str) -> Vec<Task> {
+    let src = SourceFile::new("t.kdl", text);
+    let mut diags = Diagnostics::default();
+    let tasks = parse_task_file(&src, &mut diags).expect("the task file parses");
+    assert!(!diags.has_errors(), "{:?}", diags.sorted());
+    tasks
+}
+
+/// `cassist.kdl` of this text, which must be valid.
+fn config(text: &str) -> ProjectConfig {
+    let mut diags = Diagnostics::default();
+    let config = parse_config(Path::new("/nonexistent"), Some(&SourceFile::new("cassist.kdl", text)), &mut diags);
+    assert!(!diags.has_errors(), "{:?}", diags.sorted());
+    config
+}
+
+/// The codes of `diags`, sorted.
+fn codes(diags: Diagnostics) -> Vec<&'static str> {
+    diags.sorted().into_iter().map(|d| d.code).collect()
+}
+
+/// A project of `cassist.kdl` (`config`), `tasks/tasks.kdl` (`tasks`) and
+/// these files.
+fn project(config: &str, tasks: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::write(root.join("cassist.kdl"), config).unwrap();
+    std::fs::create_dir(root.join("tasks")).unwrap();
+    std::fs::write(root.join("tasks/tasks.kdl"), tasks).unwrap();
+    for (path, text) in files {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn the_agent_is_the_tasks_then_the_command_lines_then_the_defaults_then_claude() {
+    let with_default = config("defaults { agent \"codex\" }");
+    let none = config("");
+    let own = task("    agent \"gemini\"");
+    let plain = task("");
+    assert_eq!(resolve_agent(&own, Some("codex"), &with_default), "gemini");
+    assert_eq!(resolve_agent(&plain, Some("gemini"), &with_default), "gemini");
+    assert_eq!(resolve_agent(&plain, None, &with_default), "codex");
+    assert_eq!(resolve_agent(&plain, None, &none), DEFAULT_AGENT);
+}
+
+#[test]
+fn the_model_is_the_tasks_then_the_command_lines_then_the_defaults_else_none() {
+    let with_default = config("defaults { model \"big\" }");
+    let own = task("    model \"small\"");
+    let plain = task("");
+    assert_eq!(resolve_model(&own, Some("cli"), &with_default).as_deref(), Some("small"));
+    assert_eq!(resolve_model(&plain, Some("cli"), &with_default).as_deref(), Some("cli"));
+    assert_eq!(resolve_model(&plain, None, &with_default).as_deref(), Some("big"));
+    assert_eq!(resolve_model(&plain, None, &config("")), None, "the CLI's own default");
+}
+
+#[test]
+fn the_sandbox_never_goes_above_the_trust_and_full_only_when_asked() {
+    use SandboxLevel::{Full, ReadOnly, WorkspaceWrite};
+    let plain = task("");
+    let full = task("    sandbox \"full\"");
+    let read = task("    sandbox \"read-only\"");
+    let explore = task("    kind \"explore\"\n    sandbox \"full\"");
+    // No trust: read-only, whatever is asked.
+    assert_eq!(effective_sandbox(&full, None), ReadOnly);
+    // A read-only kind is read-only, whatever the trust.
+    assert_eq!(effective_sandbox(&explore, Some(Full)), ReadOnly);
+    // The task's level, capped at the trust.
+    assert_eq!(effective_sandbox(&full, Some(WorkspaceWrite)), WorkspaceWrite);
+    assert_eq!(effective_sandbox(&full, Some(Full)), Full);
+    assert_eq!(effective_sandbox(&read, Some(Full)), ReadOnly);
+    // None asked: the trust, but never `full`.
+    assert_eq!(effective_sandbox(&plain, Some(Full)), WorkspaceWrite);
+    assert_eq!(effective_sandbox(&plain, Some(WorkspaceWrite)), WorkspaceWrite);
+    assert_eq!(effective_sandbox(&plain, Some(ReadOnly)), ReadOnly);
+}
+
+#[test]
+fn the_spec_key_sorts_and_dedups_its_lists_and_counts_milliseconds() {
+    let t = task(
+        "    context {\n        file \"b\"\n        file \"a\"\n        file \"b\"\n    }\n    scope {\n        path \"z\"\n        path \"y\"\n    }\n    acceptance {\n        run \"true\" timeout=\"2s\"\n        run \"false\"\n    }",
+    );
+    let key = spec_key(&t, Duration::from_secs(90), 4, Some(1.5));
+    assert_eq!(key.context, ["a", "b"]);
+    assert_eq!(key.scope, ["y", "z"]);
+    assert_eq!((key.timeout_ms, key.max_iterations, key.max_cost), (90_000, 4, Some(1.5)));
+    assert_eq!(key.acceptance.len(), 2);
+    assert_eq!((key.acceptance[0].run.as_str(), key.acceptance[0].timeout_ms), ("true", Some(2_000)));
+    assert_eq!(key.acceptance[1].timeout_ms, None);
+    assert_eq!((key.name.as_str(), key.goal.as_str(), key.kind.as_str()), ("t", "g", "code"));
+}
+
+#[test]
+fn the_agent_key_holds_the_version_and_a_custom_agents_definition() {
+    let config = config(
+        "agent \"mine\" {\n    command \"mine\" \"{prompt_file}\"\n    pass-env \"MINE_KEY\"\n}\nagent \"chain\" {\n    try \"mine\" \"claude\"\n}",
+    );
+    let versions: HashMap<String, Option<String>> = [("claude".to_owned(), Some("2.0".to_owned()))].into();
+    let claude = agent_key(&config, "claude", &versions);
+    assert_eq!((claude.version.as_deref(), claude.command.len(), claude.try_agents.len()), (Some("2.0"), 0, 0));
+    let mine = agent_key(&config, "mine", &versions);
+    assert_eq!(
+        (mine.version, mine.command, mine.pass_env),
+        (None, vec!["mine".into(), "{prompt_file}".into()], vec!["MINE_KEY".into()])
+    );
+    assert_eq!(agent_key(&config, "chain", &versions).try_agents, ["mine", "claude"]);
+}
+
+#[test]
+fn a_task_gets_the_config_defaults_then_the_built_in_ones() {
+    let with = config("defaults {\n    timeout \"90s\"\n    max-iterations 5\n    max-cost 2.5\n}");
+    let t = planned_task(task(""), &[], &[], None, None, &with);
+    assert_eq!((t.timeout, t.max_iterations, t.max_cost), (Duration::from_secs(90), 5, Some(2.5)));
+    assert_eq!(t.key.spec.timeout_ms, 90_000, "the key holds the effective settings");
+    let own = planned_task(task("    timeout \"1m\"\n    max-iterations 1"), &[], &[], None, None, &with);
+    assert_eq!((own.timeout, own.max_iterations), (Duration::from_secs(60), 1));
+    let t = planned_task(task(""), &[], &[], None, None, &config(""));
+    assert_eq!((t.timeout, t.max_iterations, t.max_cost), (DEFAULT_TIMEOUT, DEFAULT_MAX_ITERATIONS, None));
+    assert_eq!((t.agent.as_str(), t.sandbox, t.state), (DEFAULT_AGENT, SandboxLevel::ReadOnly, State::Run));
+    assert!(t.hash.is_empty() && t.key.inputs.is_empty(), "not hashed yet");
+}
+
+#[test]
+fn a_name_given_twice_is_an_error_and_the_first_task_stays() {
+    let mut ts = tasks("task \"a\" { goal \"1\"; }\ntask \"b\" { goal \"2\"; }\ntask \"a\" { goal \"3\"; }");
+    let mut diags = Diagnostics::default();
+    drop_duplicate_names(&mut ts, &mut diags);
+    assert_eq!(ts.iter().map(|t| (t.name.as_str(), t.goal.as_str())).collect::<Vec<_>>(), [("a", "1"), ("b", "2")]);
+    let d = diags.sorted();
+    assert_eq!(d.len(), 1);
+    assert_eq!((d[0].code, d[0].message.as_str()), ("duplicate-task", "task `a` is defined twice"));
+    let mut unique = tasks("task \"a\" { goal \"1\"; }\ntask \"b\" { goal \"2\"; }");
+    let mut diags = Diagnostics::default();
+    drop_duplicate_names(&mut unique, &mut diags);
+    assert_eq!((unique.len(), diags.len()), (2, 0));
+}
+
+#[test]
+fn the_command_line_agent_wins_and_an_unknown_one_or_a_bad_model_is_an_error() {
+    let cfg = config("");
+    let opts = |agent: Option<&str>, model: Option<&str>| LoadOptions {
+        agent: agent.map(str::to_owned),
+        model: model.map(str::to_owned),
+        ..LoadOptions::default()
+    };
+    let mut diags = Diagnostics::default();
+    let got = overrides(&opts(Some("codex"), Some("m-1")), Some("gemini".into()), &cfg, &mut diags);
+    assert_eq!(got, (Some("codex".into()), Some("m-1".into())));
+    assert!(diags.is_empty());
+    let mut diags = Diagnostics::default();
+    assert_eq!(overrides(&opts(None, None), Some("gemini".into()), &cfg, &mut diags).0.as_deref(), Some("gemini"));
+    assert!(diags.is_empty());
+    // Each unknown agent says where it came from.
+    let mut diags = Diagnostics::default();
+    overrides(&opts(Some("nope"), None), None, &cfg, &mut diags);
+    assert!(diags.sorted()[0].message.ends_with("given by --agent"));
+    let mut diags = Diagnostics::default();
+    overrides(&opts(None, None), Some("nope".into()), &cfg, &mut diags);
+    assert!(diags.sorted()[0].message.ends_with("given by CASSIST_AGENT"));
+    for bad in ["", " ", "two words", "tab\tbed"] {
+        let mut diags = Diagnostics::default();
+        overrides(&opts(None, Some(bad)), None, &cfg, &mut diags);
+        assert_eq!(codes(diags), ["bad-model"], "{bad:?}");
+    }
+}
+
+#[test]
+fn agents_and_sandboxes_are_checked_against_the_config_and_its_trust() {
+    let trusted = config("trust \"workspace-write\"");
+    let check = |config: &ProjectConfig, text: &str| {
+        let mut diags = Diagnostics::default();
+        let warnings = check_agents_and_sandboxes(config, &tasks(text), &mut diags);
+        (codes(diags), warnings.into_iter().map(|d| d.code).collect::<Vec<_>>())
+    };
+    assert_eq!(check(&trusted, "task \"a\" { goal \"g\"; agent \"nope\"; }").0, ["unknown-agent"]);
+    assert_eq!(check(&trusted, "task \"a\" { goal \"g\"; sandbox \"full\"; }").0, ["sandbox-above-trust"]);
+    assert_eq!(check(&trusted, "task \"a\" { goal \"g\"; sandbox \"workspace-write\"; }"), (vec![], vec![]));
+    assert_eq!(
+        check(&trusted, "task \"a\" { goal \"g\"; kind \"explore\"; sandbox \"workspace-write\"; }"),
+        (vec![], vec!["sandbox-ignored"])
+    );
+    // No trust: a task that would change files, or asks to, is warned of.
+    let untrusted = config("");
+    assert_eq!(check(&untrusted, "task \"a\" { goal \"g\"; }").1, ["untrusted-project"]);
+    assert_eq!(check(&untrusted, "task \"a\" { goal \"g\"; kind \"review\"; }"), (vec![], vec![]));
+    assert_eq!(
+        check(&untrusted, "task \"a\" { goal \"g\"; kind \"explore\"; sandbox \"workspace-write\"; }").1,
+        ["sandbox-ignored", "untrusted-project"]
+    );
+    assert_eq!(check(&untrusted, "").1, Vec::<&str>::new(), "no task, no warning");
+}
+
+#[test]
+fn loading_orders_the_tasks_by_their_dependencies_and_resolves_their_files() {
+    let dir = project(
+        "trust \"workspace-write\"",
+        "task \"second\" {\n    goal \"g\"\n    depends-on \"first\"\n    context {\n        file \"b.txt\"\n        file \"a.txt\"\n    }\n}\ntask \"first\" {\n    goal \"g\"\n    kind \"explore\"\n}\n",
+        &[("a.txt", "a"), ("b.txt", "b")],
+    );
+    let loaded = load(dir.path(), &LoadOptions::default()).unwrap();
+    assert_eq!(loaded.tasks.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["first", "second"]);
+    let context: Vec<&str> = loaded.files[1].0.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(context, ["a.txt", "b.txt"]);
+    assert!(loaded.files[0].0.is_empty());
+    assert_eq!(loaded.template.0, "default");
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+}
+
+#[test]
+fn an_error_anywhere_fails_the_load_without_its_warnings() {
+    let dir = project("", "task \"a\" {\n    goal \"g\"\n    context {\n        file \"missing.txt\"\n    }\n}\n", &[]);
+    let diags = load(dir.path(), &LoadOptions::default()).err().expect("a context file that matches nothing");
+    // The untrusted-project warning is left out: nothing runs.
+    assert_eq!(diags.iter().map(|d| d.code).collect::<Vec<_>>(), ["no-match"]);
+    // No `tasks/` folder: an error, unless tasks are optional.
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::write(empty.path().join("cassist.kdl"), "").unwrap();
+    assert!(load(empty.path(), &LoadOptions::default()).is_err());
+    let opts = LoadOptions { tasks_optional: true, ..LoadOptions::default() };
+    assert!(load(empty.path(), &opts).unwrap().tasks.is_empty());
+}
+
+#[test]
+fn an_unknown_placeholder_in_the_template_is_an_error() {
+    let dir = project(
+        "trust \"workspace-write\"\nprompt-template \"prompt.md\"",
+        "task \"a\" { goal \"g\"; }",
+        &[("prompt.md", "{goal} and {nonsense}")],
+    );
+    let diags = load(dir.path(), &LoadOptions::default()).err().expect("an unknown placeholder");
+    assert_eq!(diags.iter().map(|d| d.code).collect::<Vec<_>>(), ["unknown-placeholder"]);
+}
+
+#[test]
+fn the_builtin_agents_are_those_the_tasks_may_use_in_first_use_order() {
+    let dir = project(
+        "trust \"workspace-write\"\nagent \"mine\" {\n    command \"mine\" \"{prompt_file}\"\n}\nagent \"chain\" {\n    try \"mine\" \"gemini\" \"codex\"\n}",
+        "task \"a\" { goal \"g\"; agent \"codex\"; }\ntask \"b\" { goal \"g\"; agent \"chain\"; }\ntask \"c\" { goal \"g\"; }\n",
+        &[],
+    );
+    let loaded = load(dir.path(), &LoadOptions::default()).unwrap();
+    assert_eq!(loaded.builtin_agents(), ["codex", "gemini", "claude"]);
+}
+
+/// The plan of a trusted project with tasks `a` (code, context `a.txt`)
+/// and `b` (explore, depending on `a`).
+fn two_tasks() -> (tempfile::TempDir, Plan) {
+    let dir = project(
+        "trust \"workspace-write\"\ntest \"true\"",
+        "task \"a\" {\n    goal \"g\"\n    context {\n        file \"a.txt\"\n    }\n}\ntask \"b\" {\n    goal \"g\"\n    kind \"explore\"\n    depends-on \"a\"\n}\n",
+        &[("a.txt", "one")],
+    );
+    let plan = load_and_plan(dir.path(), &LoadOptions::default()).unwrap();
+    (dir, plan)
+}
+
+#[test]
+fn a_planned_task_is_keyed_by_its_inputs_and_its_dependencies_outputs() {
+    let (_dir, plan) = two_tasks();
+    let (a, b) = (plan.get("a").unwrap(), plan.get("b").unwrap());
+    assert_eq!((a.state, b.state), (State::Run, State::Run), "nothing recorded");
+    let kinds = |t: &PlannedTask| t.key.inputs.iter().map(|i| (i.kind, i.name.clone())).collect::<Vec<_>>();
+    assert!(kinds(a).contains(&("context", "a.txt".into())));
+    // `b` depends on what `a` hands on: its input hash while it runs.
+    let dep = b.key.inputs.iter().find(|i| i.kind == "dependency").unwrap();
+    assert_eq!((dep.name.as_str(), dep.hash.as_str()), ("a", a.hash.as_str()));
+    assert_eq!(a.hash, a.key.hash());
+    // No model asked for: no model input.
+    assert!(!kinds(a).iter().any(|(k, _)| *k == "model"));
+    // Only a task that may change files runs the project's checks, and
+    // only its key holds them.
+    let project = |t: &PlannedTask| t.key.inputs.iter().find(|i| i.kind == "project").unwrap().hash.clone();
+    assert!(a.runs_project_checks() && !b.runs_project_checks());
+    assert_eq!(project(a), plan.hashing.project_hash);
+    assert_eq!(project(b), plan.hashing.project_hash_without_checks);
+    assert_ne!(plan.hashing.project_hash, plan.hashing.project_hash_without_checks);
+}
+
+#[test]
+fn a_model_is_an_input_only_when_one_is_asked_for() {
+    let (_dir, plan) = two_tasks();
+    let mut t = plan.get("a").unwrap().clone();
+    let before = t.hash.clone();
+    t.model = Some("m-1".into());
+    plan.hashing.fill_key(&plan.project.config, &mut t, &[], Vec::new(), Vec::new(), &HashMap::new());
+    let model = t.key.inputs.iter().find(|i| i.kind == "model").expect("a model input");
+    assert_eq!(model.name, "m-1");
+    assert_ne!(t.hash, before);
+}
+
+#[test]
+fn rehashing_sees_the_tree_as_it_is_now() {
+    let (dir, plan) = two_tasks();
+    let mut a = plan.get("a").unwrap().clone();
+    let planned = a.hash.clone();
+    plan.rehash(&mut a, &HashMap::new()).unwrap();
+    assert_eq!(a.hash, planned, "nothing changed");
+    std::fs::write(dir.path().join("a.txt"), "two").unwrap();
+    plan.rehash(&mut a, &HashMap::new()).unwrap();
+    assert_ne!(a.hash, planned, "a context file changed");
+    // A context file that now leads outside the project.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("x"), "x").unwrap();
+    std::fs::remove_file(dir.path().join("a.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("x"), dir.path().join("a.txt")).unwrap();
+    let e = plan.rehash(&mut a, &HashMap::new()).unwrap_err();
+    assert!(matches!(e, HashError::Escapes(_)), "{e:?}");
+    assert!(e.to_string().starts_with("`a.txt` leads outside the project (to "), "{e}");
+}
+
+#[test]
+fn a_task_shows_its_state_and_what_it_may_change() {
+    let (_dir, plan) = two_tasks();
+    let mut b = plan.get("b").unwrap().clone();
+    assert!(b.read_only() && b.kind() == Kind::Explore && !b.inline());
+    assert_eq!(plan.summary_dependencies(&b).len(), 0, "`a` is a code task: no findings");
+    let a = plan.get("a").unwrap();
+    assert!(!a.read_only());
+    b.state = State::Replay;
+    assert_eq!(b.shown_state(), "replay");
+    b.cached.remote = true;
+    assert_eq!(b.shown_state(), "replay (remote)");
+    for (s, text) in [(State::UpToDate, "up-to-date"), (State::Replay, "replay"), (State::Run, "run")] {
+        assert_eq!(s.as_str(), text);
+    }
+    assert_eq!(plan.unknown_task("b2").help.as_deref(), Some("did you mean `b`?"));
+}
