@@ -27,6 +27,8 @@ use hash::{AcceptanceKey, AgentKey, Input, InputKey, ProjectKey, SpecKey, hash_b
 /// Built-in defaults when neither the task nor `defaults` say.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub const DEFAULT_MAX_ITERATIONS: u32 = 3;
+/// The agent of a task when neither it, `--agent`/`CASSIST_AGENT` nor
+/// `defaults` name one: a built-in agent.
 pub const DEFAULT_AGENT: &str = "claude";
 
 /// What the command line adds to the task files.

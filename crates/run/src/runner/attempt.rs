@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::agent::adapter::{AdapterInput, AgentOutput, ErrorKind, READ_ONLY_TURN_CAP, read_tail};
+use crate::agent::adapter::{AdapterInput, AgentOutput, READ_ONLY_TURN_CAP, read_tail};
 use crate::agent::invoke::{self, Invocation, Placeholders};
 use crate::workspace::{Layer, Mode};
 use cassist_core::event::Event;
@@ -74,10 +74,10 @@ impl TaskContext<'_> {
         self.runner.check_budget()?;
         let files = self.write_prompt(req.prompt, attempt)?;
         let inv = self.agents[0].clone();
-        self.facts.agent = Some(inv.name.clone());
+        self.facts.agent = Some(inv.name().to_owned());
         let who = match &self.t.model {
-            Some(m) => format!("{} ({m})", inv.name),
-            None => inv.name.clone(),
+            Some(m) => format!("{} ({m})", inv.name()),
+            None => inv.name().to_owned(),
         };
         let detail = if req.part.is_whole() { who } else { format!("{who}, part {}", req.part.label()) };
         self.phase("agent", attempt, detail);
@@ -88,7 +88,7 @@ impl TaskContext<'_> {
                 // chain, if any.
                 return self.next_agent_after_start_failure(&e.to_string());
             }
-            Err(e) => return Err(Failure::failed(format!("cannot start agent `{}`: {e}", inv.name))),
+            Err(e) => return Err(Failure::failed(format!("cannot start agent `{}`: {e}", inv.name()))),
         };
         if finished.outcome == Outcome::Exited(cassist_sandbox::sandbox::NOT_FOUND)
             && finished.tail.contains("cassist: cannot run")
@@ -125,26 +125,24 @@ impl TaskContext<'_> {
         let landlock = jail.landlock;
         // A built-in adapter maps the sandbox level, the kind, the turn
         // cap and the budget onto its CLI's own flags.
-        let base_argv = match inv.builtin {
-            Some(b) => b.argv(&AdapterInput {
-                sandbox: t.sandbox,
-                read_only_kind: t.task.kind.is_read_only(),
-                max_turns: t.turn_cap.or(t.task.kind.is_read_only().then_some(READ_ONLY_TURN_CAP)),
-                max_cost: t.max_cost,
-                model: t.model.as_deref(),
-                prompt_file: &files.prompt,
-                workdir: &self.ws.dir,
-                io_dir: &files.io,
-                // Under Landlock no sandbox of the agent's own can be
-                // set up (Landlock refuses mount(2), and the uid map
-                // is not writable): Codex's bubblewrap fails there, so
-                // Landlock alone enforces the level.
-                userns: !landlock
-                    && (self.runner.mode == Mode::Overlay || cassist_sandbox::sandbox::userns_available()),
-            }),
-            None => inv.argv.clone(),
-        };
-        self.note_codex_sandbox(inv, &base_argv, landlock);
+        let base_argv = inv.argv(&AdapterInput {
+            sandbox: t.sandbox,
+            read_only_kind: t.task.kind.is_read_only(),
+            max_turns: t.turn_cap.or(t.task.kind.is_read_only().then_some(READ_ONLY_TURN_CAP)),
+            max_cost: t.max_cost,
+            model: t.model.as_deref(),
+            prompt_file: &files.prompt,
+            workdir: &self.ws.dir,
+            io_dir: &files.io,
+            // Under Landlock no sandbox of the agent's own can be set up
+            // (Landlock refuses mount(2), and the uid map is not writable):
+            // a CLI's own sandbox (Codex's bubblewrap) fails there, so
+            // Landlock alone enforces the level.
+            userns: !landlock && (self.runner.mode == Mode::Overlay || cassist_sandbox::sandbox::userns_available()),
+        });
+        if let Some(note) = inv.sandbox_note(&base_argv, t.sandbox, landlock) {
+            self.note(note);
+        }
         let argv = invoke::fill_argv(
             &base_argv,
             &Placeholders {
@@ -157,31 +155,11 @@ impl TaskContext<'_> {
         );
         let mut cmd = self.ws.sandboxed(Layer::Agent, argv, jail)?;
         cmd.env = env;
-        cmd.stdin = inv.stdin_prompt.then(|| req.prompt.to_owned().into_bytes());
+        // Every agent gets the prompt on stdin too.
+        cmd.stdin = Some(req.prompt.to_owned().into_bytes());
         cmd.timeout = Some(req.timeout);
         cmd.transcript = Some(files.transcript.clone());
         self.runner.run(&cmd)
-    }
-
-    /// Codex runs with danger-full-access where its own sandbox cannot
-    /// start: the user is told what enforces the level instead.
-    fn note_codex_sandbox(&self, inv: &Invocation, argv: &[String], landlock: bool) {
-        let sandbox = self.t.sandbox;
-        if inv.builtin != Some(crate::agent::Builtin::Codex)
-            || sandbox == cassist_core::spec::SandboxLevel::Full
-            || !argv.iter().any(|a| a == "danger-full-access")
-        {
-            return;
-        }
-        self.note(if landlock {
-            format!(
-                "codex's own sandbox cannot start inside cassist's Landlock sandbox: Landlock enforces `{sandbox}` (codex runs with danger-full-access)"
-            )
-        } else {
-            format!(
-                "no user namespaces here for codex's own sandbox: `{sandbox}` rests on the review of the change (codex runs with danger-full-access)"
-            )
-        });
     }
 
     /// What a run that started came to: counted, its cost added, then
@@ -221,7 +199,7 @@ impl TaskContext<'_> {
 
         // What the CLI's machine-readable output says, and what the run
         // cost: counted for a killed run too.
-        let parsed = inv.builtin.map(|b| b.parse(&read_tail(&files.transcript, 4 << 20), finished.outcome, &files.io));
+        let parsed = inv.parse(&read_tail(&files.transcript, 4 << 20), finished.outcome, &files.io);
         // Any agent may report its cost in its result file; a built-in
         // CLI's own output, when it says, takes precedence.
         let cost_usd = parsed.as_ref().and_then(|p| p.cost_usd).or_else(|| result.as_deref().and_then(result_cost));
@@ -274,7 +252,7 @@ impl TaskContext<'_> {
         let soft_failure = parsed
             .as_ref()
             .and_then(|p| p.error.as_ref())
-            .filter(|e| matches!(e.kind, ErrorKind::PermissionDenied | ErrorKind::ToolFailed))
+            .filter(|e| e.kind.is_tool_failure())
             .map(|e| redactor.redact(&e.message));
         Ok(Step::Ran(Ran { finished, soft_failure, reported, summary: summary.map(|s| redactor.redact(&s)), cost_usd }))
     }
@@ -291,20 +269,14 @@ impl TaskContext<'_> {
     /// the task, or (for refused or failed tool calls) nothing yet.
     fn agent_error(&mut self, inv: &Invocation, output: &AgentOutput, tail: &str) -> Result<Option<Step>, Failure> {
         let Some(err) = &output.error else { return Ok(None) };
-        match err.kind {
-            ErrorKind::RateLimited | ErrorKind::Overloaded if self.agents.len() > 1 => {
-                Ok(Some(self.next_agent_after_api_error(err.kind)))
-            }
-            ErrorKind::RateLimited
-            | ErrorKind::Overloaded
-            | ErrorKind::Auth
-            | ErrorKind::BudgetExceeded
-            | ErrorKind::TurnCap => {
-                let message = self.runner.redactor.redact(&err.message);
-                Err(Failure::failed(agent_error_reason(&inv.name, err.kind, &message)).with_tail(tail))
-            }
-            ErrorKind::PermissionDenied | ErrorKind::ToolFailed | ErrorKind::Other => Ok(None),
+        if err.kind.fails_over() && self.agents.len() > 1 {
+            return Ok(Some(self.next_agent_after_api_error(err.kind)));
         }
+        if err.kind.ends_task() {
+            let message = self.runner.redactor.redact(&err.message);
+            return Err(Failure::failed(agent_error_reason(inv.name(), err.kind, &message)).with_tail(tail));
+        }
+        Ok(None)
     }
 }
 
@@ -328,15 +300,13 @@ fn agent_env(
     if let Some(m) = model {
         extra.push(("CASSIST_MODEL".into(), m.into()));
     }
-    if let Some(b) = inv.builtin {
-        extra.extend(b.extra_env(model).into_iter().map(|(k, v)| (k, OsString::from(v))));
-    }
+    extra.extend(inv.extra_env(model).into_iter().map(|(k, v)| (k, OsString::from(v))));
     // A private temp folder, inside the agent's writable io folder.
     let tmp = files.io.join("tmp");
     if std::fs::create_dir_all(&tmp).is_ok() {
         extra.push(("TMPDIR".into(), tmp.into()));
     }
-    invoke::environment(&inv.pass_env, &extra)
+    invoke::environment(&inv.pass_env(), &extra)
 }
 
 /// Writes `bytes` to a new file at `path`, replacing what is there: never

@@ -45,7 +45,6 @@ use cassist_core::plan::{Plan, PlannedTask};
 use cassist_core::text::truncate_chars;
 use cassist_sandbox::process::{Cancel, Redactor};
 
-pub use agents::instructions_name;
 use context::{Facts, TaskContext};
 pub use failure::Failure;
 

@@ -5,7 +5,6 @@
 use crate::accept;
 use cassist_sandbox::process::Outcome;
 
-use super::agents::instructions_name;
 use super::jail::Role;
 use super::{Failure, TaskContext};
 
@@ -37,11 +36,13 @@ impl TaskContext<'_> {
     }
 
     /// Places the project's `instructions` file in the workspace under the
-    /// name the first agent reads, unless the project has that file.
+    /// name the first agent reads
+    /// ([`crate::agent::Agent::instructions_file`]), unless the project has
+    /// that file.
     pub fn place_instructions(&mut self) {
         let project = &self.runner.plan.project;
         if let Some(instr) = &project.config.instructions {
-            let file = instructions_name(&self.agents[0].name);
+            let file = self.agents[0].instructions_file();
             if !project.root.join(file).exists()
                 && let Ok(bytes) = std::fs::read(project.root.join(&instr.value))
             {
