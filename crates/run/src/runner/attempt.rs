@@ -33,7 +33,8 @@ pub enum Step {
     Ran(Ran),
     /// The same prompt goes to the next agent of the chain.
     Again,
-    /// Killed or timed out: too large for one run (SPEC 3.8).
+    /// Killed or timed out: too large for one run, so the task is split
+    /// rather than retried as it is.
     Oversized(Oversized),
 }
 
@@ -42,7 +43,8 @@ pub struct Ran {
     /// Refused or failed tool calls of a CLI that exited 0.
     pub soft_failure: Option<String>,
     /// The agent reported: it wrote a result report, or (a built-in CLI)
-    /// its output ends with a final result message (SPEC 3.4).
+    /// its output ends with a final result message. An agent that changed
+    /// nothing and reported nothing is resumed once.
     pub reported: bool,
     pub summary: Option<String>,
     pub cost_usd: Option<f64>,

@@ -51,7 +51,9 @@ pub struct TaskContext<'a> {
     /// A read-only kind or sandbox: no project tests, changes rejected.
     pub read_only: bool,
     pub facts: Facts,
-    /// The iteration running now (SPEC 3.7), from 1.
+    /// The iteration running now, from 1: a failed review or acceptance
+    /// goes back to the agent in the next, up to the task's
+    /// `max-iterations`.
     pub iteration: u32,
     /// What the next prompt of the whole task is told (review or
     /// acceptance feedback).

@@ -1,4 +1,4 @@
-//! What confines each command of a task (SPEC 6): where it may write, what
+//! What confines each command of a task: where it may write, what
 //! it keeps seeing where its temp folders are private and other tasks'
 //! folders hidden. The mechanisms are [`cassist_sandbox::sandbox`]'s; this is the
 //! policy, one [`Role`] at a time.

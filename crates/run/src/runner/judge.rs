@@ -49,8 +49,9 @@ impl TaskContext<'_> {
         Ok(Judged::Fine(changes))
     }
 
-    /// The review of `changes` (SPEC 3.5), and of the secrets written into
-    /// them.
+    /// The review of `changes` ([`review::review`]: scope, read-only, new
+    /// dependencies, secrets, cassist's own files, special files, sizes),
+    /// and of the values of secret variables written into them.
     pub fn review(&self, changes: &ChangeSet) -> Review {
         let t = self.t;
         let plan = &self.runner.plan;

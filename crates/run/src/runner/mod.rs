@@ -1,4 +1,4 @@
-//! One task, from prompt to an integrated, verified change (SPEC 3):
+//! One task, from prompt to an integrated, verified change:
 //! workspace → setup → prompt → agent → review → acceptance → (feedback |
 //! split) → integrate → build → record.
 //!
@@ -48,9 +48,12 @@ use cassist_sandbox::process::{Cancel, Redactor};
 use context::{Facts, TaskContext};
 pub use failure::Failure;
 
-/// Summaries of explore/review tasks are cut to this length (SPEC 1).
+/// Summaries of explore/review tasks (the findings their dependents' prompts
+/// are given) are cut to this many characters.
 pub const SUMMARY_LIMIT: usize = 1000;
-/// Feedback to the agent is cut to about this many bytes (SPEC 3.7).
+/// The `# Review feedback` of the next iteration's prompt (the review's
+/// findings, or the failing command's output) is cut to about this many
+/// bytes.
 pub const FEEDBACK_LIMIT: usize = 4096;
 
 /// What the runner hands back for one task: how it ended, and what the
@@ -199,7 +202,9 @@ impl Ending {
 
 /// A `code` task in a project without trust would run read-only and
 /// could change nothing: it fails at once, before its agent is called,
-/// naming the line that lets agents change files (SPEC 2).
+/// naming the line that lets agents change files (`trust` in `cassist.kdl`:
+/// the highest sandbox level tasks may use; a project without one runs
+/// every task read-only).
 fn untrusted_code_task(t: &PlannedTask, config: &cassist_core::spec::ProjectConfig) -> Option<Failure> {
     (t.kind() == cassist_core::spec::Kind::Code && config.trust.is_none()).then(|| {
         Failure::failed(
@@ -239,7 +244,8 @@ impl Runner {
         let mut cmd = cmd.clone();
         let (k, v) = cassist_sandbox::sandbox::WRAPPER_ENV;
         cmd.env.push((k.into(), v.into()));
-        // How much of its output its transcript keeps (SPEC 2 `limits`).
+        // How much of its output its transcript keeps (`limits { transcript
+        // }` of cassist.kdl: head and tail, the middle cut with a marker).
         cmd.transcript_limit = self.plan.project.config.limits.transcript;
         let f = cassist_sandbox::process::run(&cmd, &self.redactor, &self.cancel)?;
         if self.mode == Mode::Overlay
@@ -283,7 +289,8 @@ impl Runner {
         })
     }
 
-    /// Replays a recorded change (SPEC 4 `replay`): no agent; the stored
+    /// Replays a recorded change (a task in state `replay`: its inputs are
+    /// a stored run's, its change is not in the tree): no agent; the stored
     /// patch is applied in a fresh workspace, acceptance is verified, and
     /// the change is integrated.
     pub fn replay_task(&self, t: &PlannedTask, entry: &cassist_core::store::Entry) -> TaskResult {

@@ -1,6 +1,7 @@
-//! Replay of a recorded change (SPEC 4 `replay`): no agent; the stored
-//! change is written in a fresh workspace, acceptance is verified, and the
-//! change is integrated.
+//! Replay of a recorded change: a task whose inputs are those of a stored
+//! run while its change is not in the tree (state `replay`) calls no
+//! agent; the stored change is written in a fresh workspace, reviewed for
+//! security issues, acceptance is verified, and the change is integrated.
 
 use std::path::Path;
 

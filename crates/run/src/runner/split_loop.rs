@@ -1,7 +1,10 @@
-//! The parts of a split task (SPEC 3.8), one after another in the task's
-//! workspace: each part's agent run is judged on its own; a part killed or
-//! timed out again is split further; once every part passed, the whole
-//! task's acceptance decides, and a failure sends every part round again.
+//! The parts of a split task, one after another in the task's workspace:
+//! an agent killed or timed out is not retried as it is, its task is split
+//! into parts with smaller prompts and longer timeouts. Each part's agent
+//! run is judged on its own; a part killed or timed out again is split
+//! further, for at most [`split::MAX_ROUNDS`] rounds; once every part
+//! passed, the whole task's acceptance decides, and a failure sends every
+//! part round again.
 //! `crate::split` says what the parts are; this loop runs them and keeps
 //! their reports.
 
