@@ -66,33 +66,29 @@ pub fn agent_error_reason(agent: &str, kind: ErrorKind, message: &str) -> String
     }
 }
 
-impl TaskContext<'_> {
-    /// The agent that could not start is dropped: the next is tried, or
-    /// the task fails when none is left.
-    pub fn next_agent_after_start_failure(&mut self, why: &str) -> Result<Step, Failure> {
-        let gone = self.agents.remove(0);
-        let Some(next) = self.agents.first() else {
-            return Err(Failure::failed(format!(
-                "the agent `{}` could not be started ({why}); install it or choose another agent",
-                gone.name()
-            )));
-        };
-        self.note(format!("`{}` could not start; trying `{}`", gone.name(), next.name()));
-        Ok(Step::Again)
-    }
+/// The agent that could not start is dropped: the next is tried, or the
+/// task fails when none is left.
+pub fn next_after_start_failure(task: &mut TaskContext<'_>, why: &str) -> Result<Step, Failure> {
+    let (gone, next) = task.drop_agent();
+    let Some(next) = next else {
+        return Err(Failure::failed(format!(
+            "the agent `{gone}` could not be started ({why}); install it or choose another agent"
+        )));
+    };
+    task.note(format!("`{gone}` could not start; trying `{next}`"));
+    Ok(Step::Again)
+}
 
-    /// An agent whose error fails over ([`ErrorKind::fails_over`]) with
-    /// another after it in the chain: the same prompt goes to the next.
-    pub fn next_agent_after_api_error(&mut self, kind: ErrorKind) -> Step {
-        let gone = self.agents.remove(0);
-        self.note(format!(
-            "`{}` is {}; trying `{}`",
-            gone.name(),
-            if kind == ErrorKind::RateLimited { "rate limited" } else { "overloaded" },
-            self.agents[0].name()
-        ));
-        Step::Again
-    }
+/// An agent whose error fails over ([`ErrorKind::fails_over`]) with
+/// another after it in the chain: the same prompt goes to the next.
+pub fn next_after_api_error(task: &mut TaskContext<'_>, kind: ErrorKind) -> Step {
+    let (gone, next) = task.drop_agent();
+    task.note(format!(
+        "`{gone}` is {}; trying `{}`",
+        if kind == ErrorKind::RateLimited { "rate limited" } else { "overloaded" },
+        next.unwrap_or_default()
+    ));
+    Step::Again
 }
 
 #[cfg(test)]

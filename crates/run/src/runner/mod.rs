@@ -9,12 +9,12 @@
 //! [`integrate`] (after [`record`]: a passed task is in the store before
 //! its change reaches the tree; its change waits as an integration layer
 //! for [`flush`], which the scheduler calls when no task runs), with
-//! [`jail`] saying what confines each of their
-//! commands, and the loops that
-//! drive them, [`whole_loop`] and [`split_loop`]; [`replay`] applies a
-//! stored change instead. They work on one task's [`TaskContext`] and fail
-//! with a [`Failure`]; the task's report is made from how it went in one
-//! place, [`Ending::into_result`].
+//! [`jail`] saying what confines each of their commands, and the loops
+//! that drive them, [`whole_loop`] and [`split_loop`]; [`replay`] applies
+//! a stored change instead. They are functions over one task's
+//! [`TaskContext`] (whose methods keep what it carries) and fail with a
+//! [`Failure`]; the task's report is made from how it went in one place,
+//! [`Ending::into_result`].
 
 mod acceptance;
 mod agents;
@@ -284,8 +284,9 @@ impl Runner {
                 Err(f) => return Ending::early(facts, f),
             };
             let mut task = TaskContext::new(self, t, record, ws, agents, facts);
-            let outcome = task.run(summaries, recorded_split);
-            Ending { facts: task.facts, outcome, workspace: Some(task.ws) }
+            let outcome = whole_loop::run(&mut task, summaries, recorded_split);
+            let (facts, ws) = task.into_parts();
+            Ending { facts, outcome, workspace: Some(ws) }
         })
     }
 
@@ -301,14 +302,15 @@ impl Runner {
                 Err(f) => return Ending::early(facts, f),
             };
             let mut task = TaskContext::new(self, t, record, ws, Vec::new(), facts);
-            let outcome = task.replay(entry).map(|changes| Done {
+            let outcome = replay::replay(&mut task, entry).map(|changes| Done {
                 state: TaskState::Replayed,
                 changes,
                 split: Vec::new(),
                 recorded: false,
             });
-            // A replay's workspace is never kept.
-            Ending { facts: task.facts, outcome, workspace: None }
+            // A replay's workspace is never kept: it goes with the task.
+            let (facts, _ws) = task.into_parts();
+            Ending { facts, outcome, workspace: None }
         })
     }
 
