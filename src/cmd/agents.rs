@@ -1,16 +1,17 @@
 //! `cassist agents`: built-in and custom agents, installed?, version.
 
 use std::path::Path;
-use std::time::Duration;
 
 use super::{Error, Result};
 use crate::report::Output;
 use crate::report::table::Table;
+use cassist_core::spec::CustomAgentDef;
 use cassist_core::spec::Diagnostics;
-use cassist_core::spec::{BUILTIN_AGENTS, CustomAgentDef};
-use cassist_run::agent::{builtin_program, version_of, which};
+use cassist_run::agent::{Agent, BUILTINS, which};
 
 struct Row {
+    /// The built-in agent, whose CLI is asked its version.
+    builtin: Option<&'static dyn Agent>,
     name: String,
     kind: &'static str,
     program: String,
@@ -26,15 +27,15 @@ pub fn run(cwd: &Path, out: &Output) -> Result {
         return Err(Error::Invalid(diags.sorted()));
     }
     let mut rows: Vec<Row> = Vec::new();
-    for name in BUILTIN_AGENTS {
-        let (program, hint) = builtin_program(name).unwrap_or((name, ""));
+    for agent in BUILTINS {
         rows.push(Row {
-            name: (*name).to_owned(),
+            builtin: Some(*agent),
+            name: agent.name().to_owned(),
             kind: "built-in",
-            program: program.to_owned(),
-            found: which(program, None),
+            program: agent.program().to_owned(),
+            found: which(agent.program(), None),
             version: None,
-            hint: hint.to_owned(),
+            hint: agent.install_line().unwrap_or_default().to_owned(),
         });
     }
     for (name, agent) in &project.config.agents {
@@ -46,6 +47,7 @@ pub fn run(cwd: &Path, out: &Output) -> Result {
                     program.contains('/').then(|| project.root.join(&program)).filter(|p| p.is_file())
                 });
                 rows.push(Row {
+                    builtin: None,
                     name: name.clone(),
                     kind: "custom",
                     program,
@@ -57,6 +59,7 @@ pub fn run(cwd: &Path, out: &Output) -> Result {
             CustomAgentDef::Try(list) => {
                 let names: Vec<&str> = list.iter().map(|s| s.value.as_str()).collect();
                 rows.push(Row {
+                    builtin: None,
                     name: name.clone(),
                     kind: "failover",
                     program: format!("try {}", names.join(", ")),
@@ -70,9 +73,9 @@ pub fn run(cwd: &Path, out: &Output) -> Result {
     // Versions of built-in CLIs, asked in parallel: each may take a while
     // to start (Node).
     std::thread::scope(|s| {
-        for row in rows.iter_mut().filter(|r| r.kind == "built-in") {
-            if let Some(path) = row.found.clone() {
-                s.spawn(move || row.version = version_of(&path, Duration::from_secs(10)));
+        for row in rows.iter_mut() {
+            if let (Some(agent), Some(path)) = (row.builtin, row.found.clone()) {
+                s.spawn(move || row.version = agent.version(&path));
             }
         }
     });

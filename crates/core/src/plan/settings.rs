@@ -14,6 +14,8 @@ use crate::spec::{SandboxLevel, Task};
 /// Built-in defaults when neither the task nor `defaults` say.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub const DEFAULT_MAX_ITERATIONS: u32 = 3;
+/// The agent of a task when neither it, `--agent`/`CASSIST_AGENT` nor
+/// `defaults` name one: a built-in agent.
 pub const DEFAULT_AGENT: &str = "claude";
 
 /// A task's agent: its own, else `--agent`/`CASSIST_AGENT`, else

@@ -17,8 +17,9 @@ use super::task::{check_path_pattern, read_max_cost, read_model, read_positive_i
 use super::types::SandboxLevel;
 use crate::limits::Limits;
 
-/// The built-in agents, in the order they are listed (their adapters are
-/// in the agent module).
+/// The names of the built-in agents the task format accepts, in the order
+/// they are listed. Their adapters are cassist-run's agent registry, which
+/// a test there holds to these names.
 pub const BUILTIN_AGENTS: &[&str] = &["claude", "codex", "droid", "gemini"];
 
 pub const CONFIG_NODES: &[&str] =

@@ -9,7 +9,8 @@ use serde::Serialize;
 use cassist_core::spec::SandboxLevel;
 use cassist_sandbox::process::Outcome;
 
-/// The turn cap of `explore` and `review` tasks where a CLI has one (SPEC 1).
+/// The turn cap of `explore` and `review` tasks (they read and report, in
+/// a few turns) where a CLI has one and the task sets none.
 pub const READ_ONLY_TURN_CAP: u32 = 15;
 
 /// What an adapter needs to build its command line.
@@ -54,9 +55,30 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// Whether another agent of a `try` chain should be tried.
+    /// Whether another agent of a `try` chain should be tried with the
+    /// same prompt: the model API cannot serve now, another may.
     pub fn fails_over(self) -> bool {
         matches!(self, ErrorKind::RateLimited | ErrorKind::Overloaded)
+    }
+
+    /// Whether the task ends with it (when no agent fails over): retrying
+    /// the same prompt with the same agent cannot fix it.
+    pub fn ends_task(self) -> bool {
+        match self {
+            ErrorKind::RateLimited
+            | ErrorKind::Overloaded
+            | ErrorKind::Auth
+            | ErrorKind::BudgetExceeded
+            | ErrorKind::TurnCap => true,
+            ErrorKind::PermissionDenied | ErrorKind::ToolFailed | ErrorKind::Other => false,
+        }
+    }
+
+    /// Whether it is refused or failed tool calls of a CLI that exited 0
+    /// all the same: the run failed, and the agent is told in its next
+    /// iteration.
+    pub fn is_tool_failure(self) -> bool {
+        matches!(self, ErrorKind::PermissionDenied | ErrorKind::ToolFailed)
     }
 }
 
@@ -210,6 +232,20 @@ mod tests {
         assert_eq!(found.len(), 2);
         assert_eq!(found[0]["response"], "hi");
         assert_eq!(found[1]["a"], 1);
+    }
+
+    #[test]
+    fn only_an_api_that_cannot_serve_now_fails_over_and_tool_failures_never_end_the_task() {
+        use ErrorKind::*;
+        let all = [Auth, RateLimited, Overloaded, BudgetExceeded, TurnCap, PermissionDenied, ToolFailed, Other];
+        let over: Vec<ErrorKind> = all.into_iter().filter(|k| k.fails_over()).collect();
+        assert_eq!(over, [RateLimited, Overloaded]);
+        let ends: Vec<ErrorKind> = all.into_iter().filter(|k| k.ends_task()).collect();
+        assert_eq!(ends, [Auth, RateLimited, Overloaded, BudgetExceeded, TurnCap]);
+        let tools: Vec<ErrorKind> = all.into_iter().filter(|k| k.is_tool_failure()).collect();
+        assert_eq!(tools, [PermissionDenied, ToolFailed]);
+        // What fails over ends the task when no agent is left.
+        assert!(all.iter().all(|k| !k.fails_over() || k.ends_task()));
     }
 
     #[test]

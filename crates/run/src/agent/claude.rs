@@ -1,10 +1,65 @@
 //! Claude Code (`claude -p --output-format json`): one JSON result object;
 //! it exits 0 with `permission_denials` when writes were refused.
 
+use std::path::Path;
+
+use super::Agent;
 use super::adapter::{AdapterInput, AgentError, AgentOutput, ErrorKind, classify, exit_code, json_objects, model_flag};
 use cassist_core::spec::SandboxLevel;
 use cassist_sandbox::process::Outcome;
 
+/// Claude Code.
+#[derive(Debug)]
+pub struct Claude;
+
+impl Agent for Claude {
+    fn name(&self) -> &str {
+        "claude"
+    }
+
+    fn program(&self) -> &str {
+        "claude"
+    }
+
+    fn install_line(&self) -> Option<&str> {
+        Some("npm install -g @anthropic-ai/claude-code")
+    }
+
+    fn pass_env(&self) -> Vec<&str> {
+        super::with_network_env(ENV)
+    }
+
+    fn extra_env(&self, _model: Option<&str>) -> Vec<(String, String)> {
+        EXTRA_ENV.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    fn state_vars(&self) -> &[&str] {
+        &["CLAUDE_CONFIG_DIR"]
+    }
+
+    fn home_state(&self) -> &[&str] {
+        &[".claude"]
+    }
+
+    fn home_state_files(&self) -> &[&str] {
+        &[".claude.json"]
+    }
+
+    fn instructions_file(&self) -> &str {
+        "CLAUDE.md"
+    }
+
+    fn argv(&self, input: &AdapterInput<'_>) -> Vec<String> {
+        argv(input)
+    }
+
+    fn parse(&self, text: &str, outcome: Outcome, _io: &Path) -> Option<AgentOutput> {
+        Some(parse(text, outcome))
+    }
+}
+
+/// Variables Claude Code gets: its keys, endpoints, config folder and the
+/// Bedrock and Vertex switches.
 pub const ENV: &[&str] = &[
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
@@ -24,7 +79,7 @@ pub const ENV: &[&str] = &[
 /// registry) even with a custom base URL.
 pub const EXTRA_ENV: &[(&str, &str)] = &[("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")];
 
-pub fn argv(input: &AdapterInput<'_>) -> Vec<String> {
+fn argv(input: &AdapterInput<'_>) -> Vec<String> {
     let mut argv: Vec<String> = ["claude", "-p", "--output-format", "json"].iter().map(|s| (*s).to_owned()).collect();
     let read_only = input.read_only_kind || input.sandbox == SandboxLevel::ReadOnly;
     if read_only {
@@ -47,7 +102,7 @@ pub fn argv(input: &AdapterInput<'_>) -> Vec<String> {
 
 /// Parses `{type: "result", subtype, is_error, result, num_turns, usage,
 /// total_cost_usd, permission_denials}`.
-pub fn parse(text: &str, outcome: Outcome) -> AgentOutput {
+fn parse(text: &str, outcome: Outcome) -> AgentOutput {
     let objects = json_objects(text);
     let Some(v) = objects.iter().rev().find(|v| v.get("subtype").is_some() || v["type"] == "result") else {
         return match exit_code(outcome) {

@@ -1,9 +1,67 @@
 //! OpenAI Codex CLI (`codex exec`): `--json` JSONL events, its own
 //! bubblewrap sandbox nested inside ours.
 
+use std::path::Path;
+
+use super::Agent;
 use super::adapter::{AdapterInput, AgentOutput, ErrorKind, classify, exit_code, json_objects};
 use cassist_core::spec::SandboxLevel;
 use cassist_sandbox::process::Outcome;
+
+/// OpenAI Codex CLI.
+#[derive(Debug)]
+pub struct Codex;
+
+impl Agent for Codex {
+    fn name(&self) -> &str {
+        "codex"
+    }
+
+    fn program(&self) -> &str {
+        "codex"
+    }
+
+    fn install_line(&self) -> Option<&str> {
+        Some("npm install -g @openai/codex")
+    }
+
+    fn pass_env(&self) -> Vec<&str> {
+        super::with_network_env(ENV)
+    }
+
+    fn state_vars(&self) -> &[&str] {
+        &["CODEX_HOME"]
+    }
+
+    fn home_state(&self) -> &[&str] {
+        &[".codex"]
+    }
+
+    fn argv(&self, input: &AdapterInput<'_>) -> Vec<String> {
+        argv(input)
+    }
+
+    fn parse(&self, text: &str, outcome: Outcome, io: &Path) -> Option<AgentOutput> {
+        Some(parse(text, outcome, io))
+    }
+
+    /// Codex runs with danger-full-access where its own sandbox cannot
+    /// start: the user is told what enforces the level instead.
+    fn sandbox_note(&self, argv: &[String], level: SandboxLevel, landlock: bool) -> Option<String> {
+        if level == SandboxLevel::Full || !argv.iter().any(|a| a == "danger-full-access") {
+            return None;
+        }
+        Some(if landlock {
+            format!(
+                "codex's own sandbox cannot start inside cassist's Landlock sandbox: Landlock enforces `{level}` (codex runs with danger-full-access)"
+            )
+        } else {
+            format!(
+                "no user namespaces here for codex's own sandbox: `{level}` rests on the review of the change (codex runs with danger-full-access)"
+            )
+        })
+    }
+}
 
 /// Variables Codex gets: its home (config, state) and key.
 pub const ENV: &[&str] = &["CODEX_HOME", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"];
@@ -11,7 +69,7 @@ pub const ENV: &[&str] = &["CODEX_HOME", "OPENAI_API_KEY", "OPENAI_BASE_URL", "O
 /// The file `-o` writes the final message to.
 pub const LAST_MESSAGE: &str = "codex-last-message.txt";
 
-pub fn argv(input: &AdapterInput<'_>) -> Vec<String> {
+fn argv(input: &AdapterInput<'_>) -> Vec<String> {
     // Codex's own sandbox (bubblewrap) needs user namespaces and mounts:
     // where it cannot start (no user namespaces, or inside cassist's
     // Landlock sandbox, which refuses mounts) Codex runs unrestricted and
@@ -41,7 +99,7 @@ pub fn argv(input: &AdapterInput<'_>) -> Vec<String> {
 
 /// Parses the JSONL events (`thread.started`, `item.completed`,
 /// `turn.completed{usage}`, `turn.failed`, `error`).
-pub fn parse(text: &str, outcome: Outcome, io: &std::path::Path) -> AgentOutput {
+fn parse(text: &str, outcome: Outcome, io: &Path) -> AgentOutput {
     let mut out = AgentOutput::default();
     let mut turns = 0u32;
     let (mut tin, mut tout) = (0u64, 0u64);

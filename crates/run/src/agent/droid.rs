@@ -1,10 +1,52 @@
 //! Factory Droid (`droid exec -o stream-json`): JSONL events; its autonomy
 //! levels are not a sandbox (Landlock is).
 
+use std::path::Path;
+
+use super::Agent;
 use super::adapter::{AdapterInput, AgentError, AgentOutput, ErrorKind, classify, exit_code, json_objects};
 use cassist_core::spec::SandboxLevel;
 use cassist_sandbox::process::Outcome;
 
+/// Factory Droid.
+#[derive(Debug)]
+pub struct Droid;
+
+impl Agent for Droid {
+    fn name(&self) -> &str {
+        "droid"
+    }
+
+    fn program(&self) -> &str {
+        "droid"
+    }
+
+    fn install_line(&self) -> Option<&str> {
+        Some("npm install -g droid")
+    }
+
+    fn pass_env(&self) -> Vec<&str> {
+        super::with_network_env(ENV)
+    }
+
+    fn extra_env(&self, model: Option<&str>) -> Vec<(String, String)> {
+        extra_env(model)
+    }
+
+    fn home_state(&self) -> &[&str] {
+        &[".factory"]
+    }
+
+    fn argv(&self, input: &AdapterInput<'_>) -> Vec<String> {
+        argv(input)
+    }
+
+    fn parse(&self, text: &str, outcome: Outcome, _io: &Path) -> Option<AgentOutput> {
+        Some(parse(text, outcome))
+    }
+}
+
+/// Variables Droid gets: its key and the air-gap switch.
 pub const ENV: &[&str] = &["FACTORY_API_KEY", "FACTORY_AIRGAP_ENABLED"];
 
 /// The custom model to use when there is no Factory key: the first
@@ -18,7 +60,7 @@ pub fn custom_model() -> Option<String> {
     v["customModels"].as_array()?.first()?["model"].as_str().map(|m| format!("custom:{m}"))
 }
 
-pub fn argv(input: &AdapterInput<'_>) -> Vec<String> {
+fn argv(input: &AdapterInput<'_>) -> Vec<String> {
     let mut argv: Vec<String> =
         ["droid", "exec", "-o", "stream-json", "--cwd"].iter().map(|s| (*s).to_owned()).collect();
     argv.push(input.workdir.display().to_string());
@@ -47,7 +89,7 @@ pub fn extra_env(model: Option<&str>) -> Vec<(String, String)> {
 
 /// Parses the stream-json events: `completion{finalText, numTurns, usage}`,
 /// `error{source, message}`, or a `result` object.
-pub fn parse(text: &str, outcome: Outcome) -> AgentOutput {
+fn parse(text: &str, outcome: Outcome) -> AgentOutput {
     let mut out = AgentOutput::default();
     let mut errors: Vec<String> = Vec::new();
     let mut failure_result: Option<String> = None;

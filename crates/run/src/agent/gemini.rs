@@ -1,10 +1,53 @@
 //! Gemini CLI: `--output-format json`; the exit code is the HTTP status of
 //! an API error (mod 256); it exits 0 after a failed tool call.
 
+use std::path::Path;
+
+use super::Agent;
 use super::adapter::{AdapterInput, AgentError, AgentOutput, ErrorKind, classify, exit_code, json_objects};
 use cassist_core::spec::SandboxLevel;
 use cassist_sandbox::process::Outcome;
 
+/// Gemini CLI.
+#[derive(Debug)]
+pub struct Gemini;
+
+impl Agent for Gemini {
+    fn name(&self) -> &str {
+        "gemini"
+    }
+
+    fn program(&self) -> &str {
+        "gemini"
+    }
+
+    fn install_line(&self) -> Option<&str> {
+        Some("npm install -g @google/gemini-cli")
+    }
+
+    fn pass_env(&self) -> Vec<&str> {
+        super::with_network_env(ENV)
+    }
+
+    fn home_state(&self) -> &[&str] {
+        &[".gemini"]
+    }
+
+    fn instructions_file(&self) -> &str {
+        "GEMINI.md"
+    }
+
+    fn argv(&self, input: &AdapterInput<'_>) -> Vec<String> {
+        argv(input)
+    }
+
+    fn parse(&self, text: &str, outcome: Outcome, _io: &Path) -> Option<AgentOutput> {
+        Some(parse(text, outcome))
+    }
+}
+
+/// Variables Gemini CLI gets: its keys, endpoint, model and the Vertex
+/// settings.
 pub const ENV: &[&str] = &[
     "GEMINI_API_KEY",
     "GOOGLE_API_KEY",
@@ -16,7 +59,7 @@ pub const ENV: &[&str] = &[
     "GOOGLE_APPLICATION_CREDENTIALS",
 ];
 
-pub fn argv(input: &AdapterInput<'_>) -> Vec<String> {
+fn argv(input: &AdapterInput<'_>) -> Vec<String> {
     let mut argv: Vec<String> =
         ["gemini", "--output-format", "json", "--skip-trust"].iter().map(|s| (*s).to_owned()).collect();
     match input.sandbox {
@@ -32,7 +75,7 @@ pub fn argv(input: &AdapterInput<'_>) -> Vec<String> {
 }
 
 /// Parses `{session_id, response, stats}` or `{error: {type, message, code}}`.
-pub fn parse(text: &str, outcome: Outcome) -> AgentOutput {
+fn parse(text: &str, outcome: Outcome) -> AgentOutput {
     let objects = json_objects(text);
     let result = objects.iter().rev().find(|v| v.get("response").is_some() || v.get("error").is_some());
     let code = exit_code(outcome);

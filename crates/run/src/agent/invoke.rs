@@ -1,59 +1,63 @@
-//! Turning a resolved agent into a command line and an environment: custom
-//! commands with `{prompt}`, `{prompt_file}`, `{workdir}`, `{task}`,
-//! `{model}`;
-//! failover chains; the environment allowlist (SPEC 3.3).
+//! Turning a resolved agent into a command line and an environment: the
+//! agent a task names (a built-in, or a custom command of `cassist.kdl`),
+//! where its program is, the placeholders of a custom command, and the
+//! environment allowlist: an agent gets the common variables below, its
+//! own, and the `CASSIST_*` ones of its run, never the whole of cassist's
+//! environment.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use cassist_core::spec::{CustomAgentDef, ProjectConfig};
 
+use super::Agent;
+use super::custom::Command;
+
 /// Variables every agent gets from cassist's environment when set.
 pub const COMMON_ENV: &[&str] = &["HOME", "PATH", "USER", "LOGNAME", "LANG", "TERM", "TMPDIR", "TZ"];
 
-/// How to start one agent.
+/// One agent a task may start: a built-in of [`super::BUILTINS`] or a
+/// custom command. It is the [`Agent`] it holds.
 #[derive(Debug, Clone)]
-pub struct Invocation {
-    /// The agent's name (a built-in, or a custom agent of cassist.kdl).
-    pub name: String,
-    /// argv before placeholders are filled.
-    pub argv: Vec<String>,
-    /// Variables passed through from cassist's environment.
-    pub pass_env: Vec<String>,
-    /// Whether the prompt goes on stdin (always, for custom agents too).
-    pub stdin_prompt: bool,
-    /// The adapter of a built-in agent.
-    pub builtin: Option<super::Builtin>,
+pub enum Invocation {
+    Builtin(&'static dyn Agent),
+    Custom(Command),
 }
 
-/// Why no agent could be started.
-#[derive(Debug, Clone)]
-pub struct Unavailable {
-    pub agent: String,
-    pub message: String,
+impl std::ops::Deref for Invocation {
+    type Target = dyn Agent;
+
+    fn deref(&self) -> &(dyn Agent + 'static) {
+        match self {
+            Invocation::Builtin(agent) => *agent,
+            Invocation::Custom(command) => command,
+        }
+    }
 }
 
-/// The invocation of one (non-`try`) agent.
+/// The invocation of one (non-`try`) agent: a custom agent of
+/// `cassist.kdl`, else the built-in of that name.
 pub fn invocation(config: &ProjectConfig, name: &str) -> Option<Invocation> {
     if let Some(agent) = config.agents.get(name) {
         return match &agent.def {
-            CustomAgentDef::Command { argv } => Some(Invocation {
+            CustomAgentDef::Command { argv } => Some(Invocation::Custom(Command {
                 name: name.to_owned(),
                 argv: argv.clone(),
                 pass_env: agent.pass_env.clone(),
-                stdin_prompt: true,
-                builtin: None,
-            }),
+            })),
             CustomAgentDef::Try(_) => None,
         };
     }
-    super::builtin_invocation(name)
+    super::builtin(name).map(Invocation::Builtin)
 }
 
-/// Where the program of `inv` is, looked up like the workspace will: a
+/// Where the program of `agent` is, looked up like the workspace will: a
 /// path with `/` relative to the project root, else on `PATH`.
-pub fn locate(inv: &Invocation, root: &Path, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
-    let program = inv.argv.first()?;
+pub fn locate(agent: &dyn Agent, root: &Path, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    let program = agent.program();
+    if program.is_empty() {
+        return None;
+    }
     if program.contains('/') {
         let p = if Path::new(program).is_absolute() { PathBuf::from(program) } else { root.join(program) };
         return p.is_file().then_some(p);
@@ -93,14 +97,14 @@ pub fn fill_argv(argv: &[String], ph: &Placeholders<'_>) -> Vec<OsString> {
 /// The environment of an agent: the common allowlist and `LC_*` from
 /// cassist's own environment, the agent's own variables, then `extra`
 /// (the `CASSIST_*` values). Nothing else of the parent leaks through.
-pub fn environment(pass_env: &[String], extra: &[(String, OsString)]) -> Vec<(OsString, OsString)> {
+pub fn environment(pass_env: &[&str], extra: &[(String, OsString)]) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = Vec::new();
     for (k, v) in std::env::vars_os() {
         let Some(key) = k.to_str() else { continue };
         if cassist_sandbox::process::NEVER_PASSED.contains(&key) {
             continue;
         }
-        if COMMON_ENV.contains(&key) || key.starts_with("LC_") || pass_env.iter().any(|p| p == key) {
+        if COMMON_ENV.contains(&key) || key.starts_with("LC_") || pass_env.contains(&key) {
             env.push((k, v));
         }
     }

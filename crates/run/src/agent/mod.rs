@@ -1,23 +1,159 @@
-//! Agents: the built-in adapters and custom commands from `cassist.kdl`.
+//! Agents: the built-in adapters and custom commands from `cassist.kdl`,
+//! all behind one trait, [`Agent`].
 //!
-//! This module knows each built-in agent's program and how to ask its
-//! version; running agents comes with the executor.
+//! A built-in agent is one file of this folder (its program, variables,
+//! flags and output format) and one line of [`BUILTINS`]; the runner asks
+//! the trait and never names an agent. The names the task format accepts
+//! are `cassist_core::spec::BUILTIN_AGENTS`: a test below holds the two
+//! lists to the same agents, in the same order.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use cassist_core::spec::SandboxLevel;
 use cassist_sandbox::process;
 
-/// The program a built-in agent runs, and the shell line that installs it
-/// (a whole command, to paste: the npm packages of AGENT-CLIS.md).
-pub fn builtin_program(name: &str) -> Option<(&'static str, &'static str)> {
-    Some(match name {
-        "claude" => ("claude", "npm install -g @anthropic-ai/claude-code"),
-        "codex" => ("codex", "npm install -g @openai/codex"),
-        "droid" => ("droid", "npm install -g droid"),
-        "gemini" => ("gemini", "npm install -g @google/gemini-cli"),
-        _ => return None,
-    })
+pub mod adapter;
+pub mod claude;
+pub mod codex;
+pub mod custom;
+pub mod droid;
+pub mod gemini;
+pub mod invoke;
+
+use adapter::{AdapterInput, AgentOutput};
+
+/// The built-in agents, in the order `cassist agents` lists them.
+pub static BUILTINS: &[&dyn Agent] = &[&claude::Claude, &codex::Codex, &droid::Droid, &gemini::Gemini];
+
+/// The built-in agent called `name`.
+pub fn builtin(name: &str) -> Option<&'static dyn Agent> {
+    BUILTINS.iter().copied().find(|a| a.name() == name)
+}
+
+/// How long a CLI may take to say its version.
+pub const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Folders under `$HOME` that every agent may write (tools keep caches
+/// there), besides its own [`Agent::home_state`].
+pub const SHARED_HOME_STATE: &[&str] = &[".cache"];
+
+/// One agent: what it runs, what it is given, and how its output reads.
+///
+/// The defaults suit a built-in CLI; a custom command
+/// ([`custom::Command`]) overrides what cassist does not know of it.
+pub trait Agent: Send + Sync + std::fmt::Debug {
+    /// The name tasks and `cassist.kdl` call it by.
+    fn name(&self) -> &str;
+
+    /// The program it starts: a name looked up on `PATH`, or a path (one
+    /// with a `/`, relative to the project root).
+    fn program(&self) -> &str;
+
+    /// The shell line that installs the program, whole, to paste; `None`
+    /// for a command of the user's own.
+    fn install_line(&self) -> Option<&str>;
+
+    /// The program's version as it reports it (a built-in CLI's version is
+    /// part of every task's input hash), or `None`.
+    fn version(&self, program: &Path) -> Option<String> {
+        version_of(program, VERSION_TIMEOUT)
+    }
+
+    /// Variables passed through from cassist's environment, besides the
+    /// ones every agent gets ([`invoke::COMMON_ENV`]).
+    fn pass_env(&self) -> Vec<&str>;
+
+    /// Variables set for every run of `model` (`None`: the CLI's default).
+    fn extra_env(&self, _model: Option<&str>) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    /// Variables that name a state folder of this CLI (`CODEX_HOME`). Such
+    /// a folder is writable to any agent that is passed the variable.
+    fn state_vars(&self) -> &[&str] {
+        &[]
+    }
+
+    /// Folders under `$HOME` it keeps its state in: left writable by the
+    /// sandbox (a CLI denied its state folder fails in odd ways).
+    fn home_state(&self) -> &[&str] {
+        &[]
+    }
+
+    /// Files under `$HOME` it keeps its state in (`.claude.json`).
+    fn home_state_files(&self) -> &[&str] {
+        &[]
+    }
+
+    /// Whether its state folders are made before it runs when missing (a
+    /// sandbox rule needs an existing path). Never for a custom command:
+    /// cassist does not know what it needs.
+    fn makes_state_dirs(&self) -> bool {
+        true
+    }
+
+    /// The file it reads standing instructions from, at the workspace
+    /// root: the project's `instructions` file is placed there.
+    fn instructions_file(&self) -> &str {
+        "AGENTS.md"
+    }
+
+    /// Its command line for one run, before placeholders are filled: a
+    /// built-in CLI maps the sandbox level, the task kind, the turn cap,
+    /// the budget and the model onto its own flags. The prompt goes on
+    /// stdin too.
+    fn argv(&self, input: &AdapterInput<'_>) -> Vec<String>;
+
+    /// Paths its configured command names (a script under `/tmp`): they
+    /// stay visible in the sandbox where folders are hidden.
+    fn named_paths(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
+
+    /// What its output says, from the end of its transcript `text` and
+    /// its io folder `io`: `None` for an agent whose output cassist does
+    /// not read (a custom command reports through its result file).
+    fn parse(&self, text: &str, outcome: process::Outcome, io: &Path) -> Option<AgentOutput>;
+
+    /// What the user is told about the sandbox of a run with `argv` at
+    /// `level` (`landlock`: under cassist's Landlock sandbox), when the
+    /// CLI's own sandbox had to be left off.
+    fn sandbox_note(&self, _argv: &[String], _level: SandboxLevel, _landlock: bool) -> Option<String> {
+        None
+    }
+}
+
+/// The folders under `$HOME` `agent` may write: its own, then the shared
+/// ones.
+pub fn state_dirs(agent: &dyn Agent) -> Vec<&str> {
+    agent.home_state().iter().copied().chain(SHARED_HOME_STATE.iter().copied()).collect()
+}
+
+/// Every variable a built-in CLI reads a state folder from.
+pub fn all_state_vars() -> impl Iterator<Item = &'static str> {
+    BUILTINS.iter().flat_map(|a| a.state_vars().iter().copied())
+}
+
+/// What a built-in CLI needs to reach its model API from a network behind
+/// a proxy or a private certificate authority.
+pub const NETWORK_ENV: &[&str] = &[
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+];
+
+/// A built-in CLI's variables `own`, then [`NETWORK_ENV`].
+pub fn with_network_env(own: &'static [&'static str]) -> Vec<&'static str> {
+    own.iter().chain(NETWORK_ENV).copied().collect()
 }
 
 /// Finds `program` on `PATH` (or as a path when it holds a `/`).
@@ -52,126 +188,14 @@ pub fn version_of(program: &Path, timeout: Duration) -> Option<String> {
         .map(|l| l.chars().take(80).collect())
 }
 
-pub mod invoke;
-
-/// Folders under `$HOME` an agent keeps its state in: left writable by the
-/// sandbox (a CLI denied its state dir fails in odd ways). `.cache` for
-/// every agent.
-pub fn state_dirs(name: &str) -> Vec<&'static str> {
-    let own: &[&str] = match name {
-        "claude" => &[".claude"],
-        "codex" => &[".codex"],
-        "gemini" => &[".gemini"],
-        "droid" => &[".factory"],
-        _ => &[],
-    };
-    own.iter().copied().chain([".cache"]).collect()
-}
-
-pub mod adapter;
-pub mod claude;
-pub mod codex;
-pub mod droid;
-pub mod gemini;
-
-/// A built-in adapter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Builtin {
-    Claude,
-    Codex,
-    Droid,
-    Gemini,
-}
-
-impl Builtin {
-    pub fn from_name(name: &str) -> Option<Builtin> {
-        Some(match name {
-            "claude" => Builtin::Claude,
-            "codex" => Builtin::Codex,
-            "droid" => Builtin::Droid,
-            "gemini" => Builtin::Gemini,
-            _ => return None,
-        })
-    }
-
-    /// The command line for one run (the prompt goes on stdin too).
-    pub fn argv(self, input: &adapter::AdapterInput<'_>) -> Vec<String> {
-        match self {
-            Builtin::Claude => claude::argv(input),
-            Builtin::Codex => codex::argv(input),
-            Builtin::Droid => droid::argv(input),
-            Builtin::Gemini => gemini::argv(input),
-        }
-    }
-
-    /// Variables passed through from cassist's environment.
-    pub fn env(self) -> &'static [&'static str] {
-        match self {
-            Builtin::Claude => claude::ENV,
-            Builtin::Codex => codex::ENV,
-            Builtin::Droid => droid::ENV,
-            Builtin::Gemini => gemini::ENV,
-        }
-    }
-
-    /// Variables set for every run of `model` (`None`: the CLI's default).
-    pub fn extra_env(self, model: Option<&str>) -> Vec<(String, String)> {
-        match self {
-            Builtin::Claude => claude::EXTRA_ENV.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
-            Builtin::Droid => droid::extra_env(model),
-            Builtin::Codex | Builtin::Gemini => Vec::new(),
-        }
-    }
-
-    /// Parses the CLI's output (the end of its transcript).
-    pub fn parse(self, text: &str, outcome: cassist_sandbox::process::Outcome, io: &Path) -> adapter::AgentOutput {
-        match self {
-            Builtin::Claude => claude::parse(text, outcome),
-            Builtin::Codex => codex::parse(text, outcome, io),
-            Builtin::Droid => droid::parse(text, outcome),
-            Builtin::Gemini => gemini::parse(text, outcome),
-        }
-    }
-}
-
-/// What a built-in CLI needs to reach its model API from a network behind
-/// a proxy or a private certificate authority.
-pub const NETWORK_ENV: &[&str] = &[
-    "HTTPS_PROXY",
-    "https_proxy",
-    "HTTP_PROXY",
-    "http_proxy",
-    "NO_PROXY",
-    "no_proxy",
-    "ALL_PROXY",
-    "all_proxy",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "NODE_EXTRA_CA_CERTS",
-];
-
-/// A built-in agent: its program (for finding it) and variables; the
-/// command line is made per run by its adapter.
-pub fn builtin_invocation(name: &str) -> Option<invoke::Invocation> {
-    let b = Builtin::from_name(name)?;
-    let (program, _) = builtin_program(name)?;
-    Some(invoke::Invocation {
-        name: name.to_owned(),
-        argv: vec![program.to_owned()],
-        pass_env: b.env().iter().chain(NETWORK_ENV).map(|s| (*s).to_owned()).collect(),
-        stdin_prompt: true,
-        builtin: Some(b),
-    })
-}
-
 /// The version of built-in agent `name` as its CLI reports it, cached in
 /// `.cassist/cache/agent-versions` by the program's path, size and mtime,
 /// so a command does not start the CLI each time (the command layer asks it
 /// before planning; planning itself runs nothing). `None` when it is not
 /// installed or says nothing.
 pub fn cached_version(state_dir: &Path, name: &str) -> Option<String> {
-    let (program, _) = builtin_program(name)?;
-    let path = which(program, None)?;
+    let agent = builtin(name)?;
+    let path = which(agent.program(), None)?;
     let real = std::fs::canonicalize(&path).unwrap_or(path.clone());
     let stamp = cassist_core::paths::Stamp::of(&std::fs::metadata(&real).ok()?);
     let key = format!("{} {} {}", real.display(), stamp.size, stamp.mtime_ns);
@@ -181,7 +205,7 @@ pub fn cached_version(state_dir: &Path, name: &str) -> Option<String> {
     if let Some(v) = cache.get(&key) {
         return Some(v.clone());
     }
-    let v = version_of(&path, Duration::from_secs(10))?;
+    let v = agent.version(&path)?;
     cache.insert(key, v.clone());
     if let Ok(json) = serde_json::to_vec_pretty(&cache) {
         let _ = cassist_core::fsx::write_atomic(&cache_file, &json);
@@ -190,47 +214,4 @@ pub fn cached_version(state_dir: &Path, name: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn built_in_agents_pass_their_own_and_network_variables_only() {
-        let inv = builtin_invocation("claude").unwrap();
-        for v in ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "HTTPS_PROXY", "NO_PROXY", "NODE_EXTRA_CA_CERTS"] {
-            assert!(inv.pass_env.iter().any(|p| p == v), "{v}");
-        }
-        assert!(!inv.pass_env.iter().any(|p| p == "OPENAI_API_KEY"), "another agent's key");
-        let codex = builtin_invocation("codex").unwrap();
-        assert!(codex.pass_env.iter().any(|p| p == "CODEX_HOME"));
-        assert!(!codex.pass_env.iter().any(|p| p == "ANTHROPIC_API_KEY"));
-    }
-
-    #[test]
-    fn every_built_in_cli_is_told_the_model_asked_for_and_none_else() {
-        let d = Path::new("/w");
-        let input = |model| adapter::AdapterInput {
-            sandbox: cassist_core::spec::SandboxLevel::WorkspaceWrite,
-            read_only_kind: false,
-            max_turns: None,
-            max_cost: None,
-            model,
-            prompt_file: d,
-            workdir: d,
-            io_dir: d,
-            userns: true,
-        };
-        for b in [Builtin::Claude, Builtin::Codex, Builtin::Gemini, Builtin::Droid] {
-            let argv = b.argv(&input(Some("m-1")));
-            let at = argv.iter().position(|a| a == "--model").unwrap_or_else(|| panic!("{b:?}: {argv:?}"));
-            assert_eq!(argv[at + 1], "m-1", "{b:?}");
-            assert_eq!(argv.iter().filter(|a| *a == "--model" || *a == "-m").count(), 1, "{b:?}: {argv:?}");
-            if b != Builtin::Droid {
-                // Droid falls back to a custom model of its settings.
-                let argv = b.argv(&input(None));
-                assert!(!argv.iter().any(|a| a == "--model" || a == "-m"), "{b:?}: the CLI's default: {argv:?}");
-            }
-        }
-        assert_eq!(droid::extra_env(Some("custom:local")), [("FACTORY_AIRGAP_ENABLED".to_owned(), "1".to_owned())]);
-        assert!(droid::extra_env(Some("gpt-5")).is_empty());
-    }
-}
+mod tests;

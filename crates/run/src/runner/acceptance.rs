@@ -10,90 +10,96 @@ use cassist_sandbox::process::Outcome;
 use super::jail::Role;
 use super::{FEEDBACK_LIMIT, Failure, TaskContext};
 
-impl TaskContext<'_> {
-    /// Runs the acceptance commands, then the project tests, until one
-    /// fails, on a scratch layer over the agent's result that is thrown
-    /// away after (nothing they write is part of the change or seen by the
-    /// next attempt); records them as the report's `acceptance`.
-    /// `Some(result)` names the one that failed.
-    pub fn acceptance(&mut self, attempt: u32) -> Result<Option<AcceptanceResult>, Failure> {
-        let commands = self.acceptance_commands();
-        let mut results: Vec<AcceptanceResult> = Vec::new();
-        let mut failed: Option<AcceptanceResult> = None;
-        if !commands.is_empty() {
-            self.ws
-                .begin_scratch()
-                .map_err(|e| Failure::failed(format!("cannot prepare the acceptance layer: {e}")))?;
-        }
-        let mut outcome = Ok(());
-        for (k, (cmd, timeout)) in commands.iter().enumerate() {
-            self.phase("acceptance", attempt, cmd.clone());
-            let log = self.record.join(format!("acceptance-{attempt}-{}.log", k + 1));
-            let result = match self.accept(cmd, timeout.unwrap_or(accept::DEFAULT_TIMEOUT), &log) {
-                Ok(r) => r,
-                Err(f) => {
-                    outcome = Err(f);
-                    break;
-                }
-            };
-            let ok = result.passed;
-            results.push(result.clone());
-            if !ok {
-                failed = Some(result);
+/// Runs the acceptance commands, then the project tests, until one fails,
+/// on a scratch layer over the agent's result that is thrown away after
+/// (nothing they write is part of the change or seen by the next attempt);
+/// records them as the report's `acceptance`. `Some(result)` names the one
+/// that failed.
+pub fn acceptance(task: &mut TaskContext<'_>, attempt: u32) -> Result<Option<AcceptanceResult>, Failure> {
+    let commands = acceptance_commands(task);
+    let mut results: Vec<AcceptanceResult> = Vec::new();
+    let mut failed: Option<AcceptanceResult> = None;
+    if !commands.is_empty() {
+        task.workspace_mut()
+            .begin_scratch()
+            .map_err(|e| Failure::failed(format!("cannot prepare the acceptance layer: {e}")))?;
+    }
+    let mut outcome = Ok(());
+    for (k, (cmd, timeout)) in commands.iter().enumerate() {
+        task.phase("acceptance", attempt, cmd.clone());
+        let log = task.record_dir().join(format!("acceptance-{attempt}-{}.log", k + 1));
+        let result = match accept(task, cmd, timeout.unwrap_or(accept::DEFAULT_TIMEOUT), &log) {
+            Ok(r) => r,
+            Err(f) => {
+                outcome = Err(f);
                 break;
             }
+        };
+        let ok = result.passed;
+        results.push(result.clone());
+        if !ok {
+            failed = Some(result);
+            break;
         }
-        self.ws.end_scratch();
-        outcome?;
-        self.facts.acceptance = results
+    }
+    task.workspace_mut().end_scratch();
+    outcome?;
+    task.set_acceptance(
+        results
             .iter()
             .map(|r| AcceptanceReport { command: r.command.clone(), exit_code: r.exit_code, passed: r.passed })
-            .collect();
-        let _ = std::fs::write(
-            self.record.join(format!("acceptance-{attempt}.json")),
-            serde_json::to_vec_pretty(&results).unwrap_or_default(),
-        );
-        Ok(failed)
-    }
+            .collect(),
+    );
+    let _ = std::fs::write(
+        task.record_dir().join(format!("acceptance-{attempt}.json")),
+        serde_json::to_vec_pretty(&results).unwrap_or_default(),
+    );
+    Ok(failed)
+}
 
-    /// The acceptance commands with their timeouts, then the project's
-    /// tests if the task runs them (the rule its hash follows too).
-    fn acceptance_commands(&self) -> Vec<(String, Option<Duration>)> {
-        let tests = if self.t.runs_project_checks() { self.runner.plan.project.test_commands() } else { Vec::new() };
-        let own = self.t.task.acceptance.iter().map(|a| (a.run.value.clone(), a.timeout));
-        own.chain(tests.into_iter().map(|c| (c, None))).collect()
-    }
+/// The acceptance commands with their timeouts, then the project's tests
+/// if the task runs them (the rule its hash follows too).
+fn acceptance_commands(task: &TaskContext<'_>) -> Vec<(String, Option<Duration>)> {
+    let t = task.task();
+    let tests = if t.runs_project_checks() { task.runner().plan.project.test_commands() } else { Vec::new() };
+    let own = t.task.acceptance.iter().map(|a| (a.run.value.clone(), a.timeout));
+    own.chain(tests.into_iter().map(|c| (c, None))).collect()
+}
 
-    /// One acceptance command in the workspace.
-    fn accept(&self, cmd: &str, timeout: Duration, log: &std::path::Path) -> Result<AcceptanceResult, Failure> {
-        let begun = Instant::now();
-        let f = self
-            .shell(Role::Acceptance, cmd, Some(timeout), log)
-            .map_err(|e| Failure::failed(format!("acceptance command `{cmd}` could not run: {e}")))?;
-        if f.outcome == Outcome::Cancelled {
-            return Err(Failure::interrupted());
-        }
-        Ok(AcceptanceResult {
-            command: cmd.to_owned(),
-            exit_code: match f.outcome {
-                Outcome::Exited(c) => Some(c),
-                _ => None,
-            },
-            passed: f.success(),
-            duration_ms: begun.elapsed().as_millis() as u64,
-            counts: accept::parse_counts(&f.tail),
-            timed_out: f.outcome == Outcome::TimedOut,
-            tail: f.tail,
-        })
+/// One acceptance command in the workspace.
+fn accept(
+    task: &TaskContext<'_>,
+    cmd: &str,
+    timeout: Duration,
+    log: &std::path::Path,
+) -> Result<AcceptanceResult, Failure> {
+    let begun = Instant::now();
+    let f = task
+        .shell(Role::Acceptance, cmd, Some(timeout), log)
+        .map_err(|e| Failure::failed(format!("acceptance command `{cmd}` could not run: {e}")))?;
+    if f.outcome == Outcome::Cancelled {
+        return Err(Failure::interrupted());
     }
+    Ok(AcceptanceResult {
+        command: cmd.to_owned(),
+        exit_code: match f.outcome {
+            Outcome::Exited(c) => Some(c),
+            _ => None,
+        },
+        passed: f.success(),
+        duration_ms: begun.elapsed().as_millis() as u64,
+        counts: accept::parse_counts(&f.tail),
+        timed_out: f.outcome == Outcome::TimedOut,
+        tail: f.tail,
+    })
+}
 
-    /// A failed acceptance command: the feedback for the next iteration,
-    /// or, after the last, the task fails with the reason.
-    pub fn acceptance_failed(&mut self, f: &AcceptanceResult) -> Result<String, Failure> {
-        let iteration = self.iteration;
-        self.next_iteration(|| acceptance_failure(f, iteration))?;
-        Ok(accept::feedback(f, FEEDBACK_LIMIT))
-    }
+/// A failed acceptance command: the feedback for the next iteration, or,
+/// after the last, the task fails with the reason.
+pub fn acceptance_failed(task: &mut TaskContext<'_>, f: &AcceptanceResult) -> Result<String, Failure> {
+    let iteration = task.iteration();
+    task.next_iteration(|| acceptance_failure(f, iteration))?;
+    Ok(accept::feedback(f, FEEDBACK_LIMIT))
 }
 
 /// The failure of a task whose acceptance command `f` failed in its last

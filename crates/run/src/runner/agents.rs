@@ -15,7 +15,7 @@ pub fn resolve(config: &ProjectConfig, root: &std::path::Path, agent: &str) -> R
     let mut missing: Vec<String> = Vec::new();
     for cand in config.candidates(agent) {
         match invoke::invocation(config, &cand) {
-            Some(inv) if invoke::locate(&inv, root, None).is_some() => found.push(inv),
+            Some(inv) if invoke::locate(&*inv, root, None).is_some() => found.push(inv),
             Some(inv) => missing.push(describe_missing(&cand, &inv)),
             None => missing.push(format!("`{cand}` is not an agent")),
         }
@@ -37,19 +37,10 @@ pub fn resolve(config: &ProjectConfig, root: &std::path::Path, agent: &str) -> R
 }
 
 fn describe_missing(name: &str, inv: &Invocation) -> String {
-    let program = inv.argv.first().map(String::as_str).unwrap_or("");
-    match crate::agent::builtin_program(name) {
-        Some((_, hint)) => format!("`{name}` is not installed (`{program}` is not on PATH; install it with `{hint}`)"),
+    let program = inv.program();
+    match inv.install_line() {
+        Some(hint) => format!("`{name}` is not installed (`{program}` is not on PATH; install it with `{hint}`)"),
         None => format!("custom agent `{name}`: `{program}` was not found (check its `command` in cassist.kdl)"),
-    }
-}
-
-/// The file an agent reads its standing instructions from (SPEC 2).
-pub fn instructions_name(agent: &str) -> &'static str {
-    match agent {
-        "claude" => "CLAUDE.md",
-        "gemini" => "GEMINI.md",
-        _ => "AGENTS.md",
     }
 }
 
@@ -75,33 +66,29 @@ pub fn agent_error_reason(agent: &str, kind: ErrorKind, message: &str) -> String
     }
 }
 
-impl TaskContext<'_> {
-    /// The agent that could not start is dropped: the next is tried, or
-    /// the task fails when none is left.
-    pub fn next_agent_after_start_failure(&mut self, why: &str) -> Result<Step, Failure> {
-        let gone = self.agents.remove(0);
-        let Some(next) = self.agents.first() else {
-            return Err(Failure::failed(format!(
-                "the agent `{}` could not be started ({why}); install it or choose another agent",
-                gone.name
-            )));
-        };
-        self.note(format!("`{}` could not start; trying `{}`", gone.name, next.name));
-        Ok(Step::Again)
-    }
+/// The agent that could not start is dropped: the next is tried, or the
+/// task fails when none is left.
+pub fn next_after_start_failure(task: &mut TaskContext<'_>, why: &str) -> Result<Step, Failure> {
+    let (gone, next) = task.drop_agent();
+    let Some(next) = next else {
+        return Err(Failure::failed(format!(
+            "the agent `{gone}` could not be started ({why}); install it or choose another agent"
+        )));
+    };
+    task.note(format!("`{gone}` could not start; trying `{next}`"));
+    Ok(Step::Again)
+}
 
-    /// A rate-limited or overloaded agent with another after it in the
-    /// chain: the same prompt goes to the next.
-    pub fn next_agent_after_api_error(&mut self, kind: ErrorKind) -> Step {
-        let gone = self.agents.remove(0);
-        self.note(format!(
-            "`{}` is {}; trying `{}`",
-            gone.name,
-            if kind == ErrorKind::RateLimited { "rate limited" } else { "overloaded" },
-            self.agents[0].name
-        ));
-        Step::Again
-    }
+/// An agent whose error fails over ([`ErrorKind::fails_over`]) with
+/// another after it in the chain: the same prompt goes to the next.
+pub fn next_after_api_error(task: &mut TaskContext<'_>, kind: ErrorKind) -> Step {
+    let (gone, next) = task.drop_agent();
+    task.note(format!(
+        "`{gone}` is {}; trying `{}`",
+        if kind == ErrorKind::RateLimited { "rate limited" } else { "overloaded" },
+        next.unwrap_or_default()
+    ));
+    Step::Again
 }
 
 #[cfg(test)]
@@ -117,13 +104,5 @@ mod tests {
         );
         let long = "x".repeat(400);
         assert_eq!(agent_error_reason("a", ErrorKind::Other, &long), format!("agent `a` failed: {}", "x".repeat(300)));
-    }
-
-    #[test]
-    fn instructions_go_where_each_agent_reads_them() {
-        assert_eq!(instructions_name("claude"), "CLAUDE.md");
-        assert_eq!(instructions_name("gemini"), "GEMINI.md");
-        assert_eq!(instructions_name("codex"), "AGENTS.md");
-        assert_eq!(instructions_name("my-agent"), "AGENTS.md");
     }
 }

@@ -6,14 +6,13 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::agent::adapter::{AdapterInput, AgentOutput, ErrorKind, READ_ONLY_TURN_CAP, read_tail};
+use crate::agent::adapter::{AdapterInput, AgentOutput, READ_ONLY_TURN_CAP, read_tail};
 use crate::agent::invoke::{self, Invocation, Placeholders};
 use crate::workspace::{Layer, Mode};
-use cassist_core::event::Event;
 use cassist_core::part::Part;
 use cassist_sandbox::process::{self, Outcome};
 
-use super::agents::agent_error_reason;
+use super::agents::{self, agent_error_reason};
 use super::jail::Role;
 use super::{Failure, SUMMARY_LIMIT, TaskContext};
 
@@ -33,7 +32,8 @@ pub enum Step {
     Ran(Ran),
     /// The same prompt goes to the next agent of the chain.
     Again,
-    /// Killed or timed out: too large for one run (SPEC 3.8).
+    /// Killed or timed out: too large for one run, so the task is split
+    /// rather than retried as it is.
     Oversized(Oversized),
 }
 
@@ -42,7 +42,8 @@ pub struct Ran {
     /// Refused or failed tool calls of a CLI that exited 0.
     pub soft_failure: Option<String>,
     /// The agent reported: it wrote a result report, or (a built-in CLI)
-    /// its output ends with a final result message (SPEC 3.4).
+    /// its output ends with a final result message. An agent that changed
+    /// nothing and reported nothing is resumed once.
     pub reported: bool,
     pub summary: Option<String>,
     pub cost_usd: Option<f64>,
@@ -67,245 +68,213 @@ struct RunFiles {
     transcript: PathBuf,
 }
 
-impl TaskContext<'_> {
-    /// One run of the first agent of the chain.
-    pub fn attempt(&mut self, req: &Request<'_>) -> Result<Step, Failure> {
-        let attempt = self.facts.attempts + 1;
-        self.runner.check_budget()?;
-        let files = self.write_prompt(req.prompt, attempt)?;
-        let inv = self.agents[0].clone();
-        self.facts.agent = Some(inv.name.clone());
-        let who = match &self.t.model {
-            Some(m) => format!("{} ({m})", inv.name),
-            None => inv.name.clone(),
-        };
-        let detail = if req.part.is_whole() { who } else { format!("{who}, part {}", req.part.label()) };
-        self.phase("agent", attempt, detail);
-        let finished = match self.run_agent(&inv, req, &files) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.kind() == std::io::ErrorKind::PermissionDenied => {
-                // The wrapper could not start: the next agent of the
-                // chain, if any.
-                return self.next_agent_after_start_failure(&e.to_string());
-            }
-            Err(e) => return Err(Failure::failed(format!("cannot start agent `{}`: {e}", inv.name))),
-        };
-        if finished.outcome == Outcome::Exited(cassist_sandbox::sandbox::NOT_FOUND)
-            && finished.tail.contains("cassist: cannot run")
-        {
-            // It failed to start: the next agent of the chain, if any.
-            return self.next_agent_after_start_failure(finished.tail.trim());
+/// One run of the first agent of the chain.
+pub fn attempt(task: &mut TaskContext<'_>, req: &Request<'_>) -> Result<Step, Failure> {
+    let attempt = task.facts().attempts + 1;
+    task.runner().check_budget()?;
+    let files = write_prompt(task, req.prompt, attempt)?;
+    let inv = task.choose_agent();
+    let who = match &task.task().model {
+        Some(m) => format!("{} ({m})", inv.name()),
+        None => inv.name().to_owned(),
+    };
+    let detail = if req.part.is_whole() { who } else { format!("{who}, part {}", req.part.label()) };
+    task.phase("agent", attempt, detail);
+    let finished = match run_agent(task, &inv, req, &files) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.kind() == std::io::ErrorKind::PermissionDenied => {
+            // The wrapper could not start: the next agent of the chain, if
+            // any.
+            return agents::next_after_start_failure(task, &e.to_string());
         }
-        self.after_run(&inv, finished, req.part, &files, attempt)
+        Err(e) => return Err(Failure::failed(format!("cannot start agent `{}`: {e}", inv.name()))),
+    };
+    if finished.outcome == Outcome::Exited(cassist_sandbox::sandbox::NOT_FOUND)
+        && finished.tail.contains("cassist: cannot run")
+    {
+        // It failed to start: the next agent of the chain, if any.
+        return agents::next_after_start_failure(task, finished.tail.trim());
     }
+    after_run(task, &inv, finished, req.part, &files, attempt)
+}
 
-    /// The prompt of attempt `attempt`, where the agent reads it and in
-    /// the record.
-    fn write_prompt(&self, prompt: &str, attempt: u32) -> Result<RunFiles, Failure> {
-        let io = self.ws.io_dir().map_err(|e| Failure::failed(format!("cannot prepare the workspace: {e}")))?;
-        let files = RunFiles {
-            prompt: io.join(format!("prompt-{attempt}.md")),
-            result: io.join(format!("result-{attempt}.json")),
-            transcript: self.record.join(format!("transcript-{attempt}.log")),
-            io,
-        };
-        let _ = std::fs::remove_file(&files.result);
-        write_new(&files.prompt, prompt.as_bytes())
-            .map_err(|e| Failure::failed(format!("cannot write the prompt: {e}")))?;
-        let _ = std::fs::write(self.record.join(format!("prompt-{attempt}.md")), self.runner.redactor.redact(prompt));
-        Ok(files)
+/// The prompt of attempt `attempt`, where the agent reads it and in the
+/// record.
+fn write_prompt(task: &TaskContext<'_>, prompt: &str, attempt: u32) -> Result<RunFiles, Failure> {
+    let io = task.workspace().io_dir().map_err(|e| Failure::failed(format!("cannot prepare the workspace: {e}")))?;
+    let record = task.record_dir();
+    let files = RunFiles {
+        prompt: io.join(format!("prompt-{attempt}.md")),
+        result: io.join(format!("result-{attempt}.json")),
+        transcript: record.join(format!("transcript-{attempt}.log")),
+        io,
+    };
+    let _ = std::fs::remove_file(&files.result);
+    write_new(&files.prompt, prompt.as_bytes())
+        .map_err(|e| Failure::failed(format!("cannot write the prompt: {e}")))?;
+    let _ = std::fs::write(record.join(format!("prompt-{attempt}.md")), task.runner().redactor.redact(prompt));
+    Ok(files)
+}
+
+/// Runs the agent in the workspace's sandbox until it ends.
+fn run_agent(
+    task: &TaskContext<'_>,
+    inv: &Invocation,
+    req: &Request<'_>,
+    files: &RunFiles,
+) -> std::io::Result<process::Finished> {
+    let (t, runner, ws) = (task.task(), task.runner(), task.workspace());
+    let subtask = req.part.name(task.name());
+    let env = agent_env(inv, req, &subtask, files, t.model.as_deref());
+    let jail = runner.jail(Role::Agent, t.sandbox, ws, Some(&files.io), Some(inv), &env);
+    let landlock = jail.landlock;
+    // A built-in adapter maps the sandbox level, the kind, the turn cap and
+    // the budget onto its CLI's own flags.
+    let base_argv = inv.argv(&AdapterInput {
+        sandbox: t.sandbox,
+        read_only_kind: t.task.kind.is_read_only(),
+        max_turns: t.turn_cap.or(t.task.kind.is_read_only().then_some(READ_ONLY_TURN_CAP)),
+        max_cost: t.max_cost,
+        model: t.model.as_deref(),
+        prompt_file: &files.prompt,
+        workdir: &ws.dir,
+        io_dir: &files.io,
+        // Under Landlock no sandbox of the agent's own can be set up
+        // (Landlock refuses mount(2), and the uid map is not writable): a
+        // CLI's own sandbox (Codex's bubblewrap) fails there, so Landlock
+        // alone enforces the level.
+        userns: !landlock && (runner.mode == Mode::Overlay || cassist_sandbox::sandbox::userns_available()),
+    });
+    if let Some(note) = inv.sandbox_note(&base_argv, t.sandbox, landlock) {
+        task.note(note);
     }
+    let argv = invoke::fill_argv(
+        &base_argv,
+        &Placeholders {
+            prompt: req.prompt,
+            prompt_file: &files.prompt,
+            workdir: &ws.dir,
+            task: &subtask,
+            model: t.model.as_deref().unwrap_or(""),
+        },
+    );
+    let mut cmd = ws.sandboxed(Layer::Agent, argv, jail)?;
+    cmd.env = env;
+    // Every agent gets the prompt on stdin too.
+    cmd.stdin = Some(req.prompt.to_owned().into_bytes());
+    cmd.timeout = Some(req.timeout);
+    cmd.transcript = Some(files.transcript.clone());
+    runner.run(&cmd)
+}
 
-    /// Runs the agent in the workspace's sandbox until it ends.
-    fn run_agent(&self, inv: &Invocation, req: &Request<'_>, files: &RunFiles) -> std::io::Result<process::Finished> {
-        let t = self.t;
-        let subtask = req.part.name(self.name);
-        let env = agent_env(inv, req, &subtask, files, t.model.as_deref());
-        let jail = self.runner.jail(Role::Agent, t.sandbox, &self.ws, Some(&files.io), Some(inv), &env);
-        let landlock = jail.landlock;
-        // A built-in adapter maps the sandbox level, the kind, the turn
-        // cap and the budget onto its CLI's own flags.
-        let base_argv = match inv.builtin {
-            Some(b) => b.argv(&AdapterInput {
-                sandbox: t.sandbox,
-                read_only_kind: t.task.kind.is_read_only(),
-                max_turns: t.turn_cap.or(t.task.kind.is_read_only().then_some(READ_ONLY_TURN_CAP)),
-                max_cost: t.max_cost,
-                model: t.model.as_deref(),
-                prompt_file: &files.prompt,
-                workdir: &self.ws.dir,
-                io_dir: &files.io,
-                // Under Landlock no sandbox of the agent's own can be
-                // set up (Landlock refuses mount(2), and the uid map
-                // is not writable): Codex's bubblewrap fails there, so
-                // Landlock alone enforces the level.
-                userns: !landlock
-                    && (self.runner.mode == Mode::Overlay || cassist_sandbox::sandbox::userns_available()),
-            }),
-            None => inv.argv.clone(),
-        };
-        self.note_codex_sandbox(inv, &base_argv, landlock);
-        let argv = invoke::fill_argv(
-            &base_argv,
-            &Placeholders {
-                prompt: req.prompt,
-                prompt_file: &files.prompt,
-                workdir: &self.ws.dir,
-                task: &subtask,
-                model: t.model.as_deref().unwrap_or(""),
-            },
+/// What a run that started came to: counted, its cost added, then judged
+/// by how it ended and what its output and report say.
+fn after_run(
+    task: &mut TaskContext<'_>,
+    inv: &Invocation,
+    finished: process::Finished,
+    part: &Part,
+    files: &RunFiles,
+    attempt: u32,
+) -> Result<Step, Failure> {
+    task.count_run(files.transcript.clone());
+    let (record, redactor) = (task.record_dir(), &task.runner().redactor);
+    // The agent's result file, read once (within a limit) and recorded
+    // redacted: nothing stores it as the agent wrote it.
+    let result = match read_result_bytes(&files.result) {
+        ResultBytes::Absent => None,
+        ResultBytes::TooLarge(size) => {
+            task.note(format!(
+                "the agent's result file is {}, over {}: it is ignored",
+                cassist_core::limits::format_size(size),
+                cassist_core::limits::format_size(RESULT_LIMIT)
+            ));
+            let note = format!("[cassist: a result file of {size} bytes was ignored]\n");
+            let _ = std::fs::write(record.join(format!("result-{attempt}.json")), note);
+            None
+        }
+        ResultBytes::Read(bytes) => {
+            let _ = std::fs::write(record.join(format!("result-{attempt}.json")), redactor.redact_document(&bytes));
+            Some(bytes)
+        }
+    };
+
+    // What the CLI's machine-readable output says, and what the run cost:
+    // counted for a killed run too.
+    let parsed = inv.parse(&read_tail(&files.transcript, 4 << 20), finished.outcome, &files.io);
+    // Any agent may report its cost in its result file; a built-in CLI's
+    // own output, when it says, takes precedence.
+    let cost_usd = parsed.as_ref().and_then(|p| p.cost_usd).or_else(|| result.as_deref().and_then(result_cost));
+    if let Some(c) = cost_usd {
+        task.add_cost(c);
+    }
+    let oversized = |what: &'static str| {
+        Ok(Step::Oversized(Oversized {
+            what,
+            elapsed: finished.duration,
+            detail: super::failure::ended(&finished),
+            tail: finished.tail.clone(),
+            cost_usd,
+        }))
+    };
+    match finished.outcome {
+        Outcome::Cancelled => return Err(Failure::interrupted()),
+        Outcome::TimedOut => return oversized("timed out"),
+        Outcome::Signaled(9) | Outcome::Exited(137) => return oversized("killed"),
+        Outcome::Exited(c) if c != 0 && finished.killed_by_oom_hint => return oversized("killed"),
+        _ => {}
+    }
+    if let Some(p) = &parsed {
+        let _ = std::fs::write(
+            record.join(format!("agent-{attempt}.json")),
+            redactor.redact_document(&serde_json::to_vec_pretty(p).unwrap_or_default()),
         );
-        let mut cmd = self.ws.sandboxed(Layer::Agent, argv, jail)?;
-        cmd.env = env;
-        cmd.stdin = inv.stdin_prompt.then(|| req.prompt.to_owned().into_bytes());
-        cmd.timeout = Some(req.timeout);
-        cmd.transcript = Some(files.transcript.clone());
-        self.runner.run(&cmd)
+        if let Some(step) = agent_error(task, inv, p, &finished.tail)? {
+            return Ok(step);
+        }
     }
 
-    /// Codex runs with danger-full-access where its own sandbox cannot
-    /// start: the user is told what enforces the level instead.
-    fn note_codex_sandbox(&self, inv: &Invocation, argv: &[String], landlock: bool) {
-        let sandbox = self.t.sandbox;
-        if inv.builtin != Some(crate::agent::Builtin::Codex)
-            || sandbox == cassist_core::spec::SandboxLevel::Full
-            || !argv.iter().any(|a| a == "danger-full-access")
-        {
-            return;
-        }
-        self.note(if landlock {
-            format!(
-                "codex's own sandbox cannot start inside cassist's Landlock sandbox: Landlock enforces `{sandbox}` (codex runs with danger-full-access)"
-            )
+    // The agent's own report.
+    let agent_report = result.as_deref().and_then(read_result_file);
+    if let Some(Err(reason)) = &agent_report {
+        let reason = redactor.redact(reason);
+        return Err(Failure::blocked(if part.is_whole() {
+            format!("the agent reported that it cannot do the task: {reason}")
         } else {
-            format!(
-                "no user namespaces here for codex's own sandbox: `{sandbox}` rests on the review of the change (codex runs with danger-full-access)"
-            )
-        });
+            format!("the agent reported that it cannot do {} of the task: {reason}", part.describe())
+        }));
     }
+    let reported = agent_report.is_some() || parsed.as_ref().is_some_and(|p| p.summary.is_some());
+    let summary = match agent_report {
+        Some(Ok(Some(s))) => Some(s),
+        _ => parsed.as_ref().and_then(|p| p.summary.clone()).or_else(|| last_message(&finished.tail)),
+    };
+    // A CLI that exits 0 after refused or failed tool calls failed.
+    let soft_failure = parsed
+        .as_ref()
+        .and_then(|p| p.error.as_ref())
+        .filter(|e| e.kind.is_tool_failure())
+        .map(|e| redactor.redact(&e.message));
+    Ok(Step::Ran(Ran { finished, soft_failure, reported, summary: summary.map(|s| redactor.redact(&s)), cost_usd }))
+}
 
-    /// What a run that started came to: counted, its cost added, then
-    /// judged by how it ended and what its output and report say.
-    fn after_run(
-        &mut self,
-        inv: &Invocation,
-        finished: process::Finished,
-        part: &Part,
-        files: &RunFiles,
-        attempt: u32,
-    ) -> Result<Step, Failure> {
-        self.facts.attempts += 1;
-        self.facts.transcript = Some(files.transcript.clone());
-        // The agent's result file, read once (within a limit) and
-        // recorded redacted: nothing stores it as the agent wrote it.
-        let result = match read_result_bytes(&files.result) {
-            ResultBytes::Absent => None,
-            ResultBytes::TooLarge(size) => {
-                self.note(format!(
-                    "the agent's result file is {}, over {}: it is ignored",
-                    cassist_core::limits::format_size(size),
-                    cassist_core::limits::format_size(RESULT_LIMIT)
-                ));
-                let note = format!("[cassist: a result file of {size} bytes was ignored]\n");
-                let _ = std::fs::write(self.record.join(format!("result-{attempt}.json")), note);
-                None
-            }
-            ResultBytes::Read(bytes) => {
-                let _ = std::fs::write(
-                    self.record.join(format!("result-{attempt}.json")),
-                    self.runner.redactor.redact_document(&bytes),
-                );
-                Some(bytes)
-            }
-        };
-
-        // What the CLI's machine-readable output says, and what the run
-        // cost: counted for a killed run too.
-        let parsed = inv.builtin.map(|b| b.parse(&read_tail(&files.transcript, 4 << 20), finished.outcome, &files.io));
-        // Any agent may report its cost in its result file; a built-in
-        // CLI's own output, when it says, takes precedence.
-        let cost_usd = parsed.as_ref().and_then(|p| p.cost_usd).or_else(|| result.as_deref().and_then(result_cost));
-        if let Some(c) = cost_usd {
-            self.add_cost(c);
-        }
-        let oversized = |what: &'static str| {
-            Ok(Step::Oversized(Oversized {
-                what,
-                elapsed: finished.duration,
-                detail: super::failure::ended(&finished),
-                tail: finished.tail.clone(),
-                cost_usd,
-            }))
-        };
-        match finished.outcome {
-            Outcome::Cancelled => return Err(Failure::interrupted()),
-            Outcome::TimedOut => return oversized("timed out"),
-            Outcome::Signaled(9) | Outcome::Exited(137) => return oversized("killed"),
-            Outcome::Exited(c) if c != 0 && finished.killed_by_oom_hint => return oversized("killed"),
-            _ => {}
-        }
-        if let Some(p) = &parsed {
-            let _ = std::fs::write(
-                self.record.join(format!("agent-{attempt}.json")),
-                self.runner.redactor.redact_document(&serde_json::to_vec_pretty(p).unwrap_or_default()),
-            );
-            if let Some(step) = self.agent_error(inv, p, &finished.tail)? {
-                return Ok(step);
-            }
-        }
-
-        // The agent's own report.
-        let agent_report = result.as_deref().and_then(read_result_file);
-        if let Some(Err(reason)) = &agent_report {
-            let reason = self.runner.redactor.redact(reason);
-            return Err(Failure::blocked(if part.is_whole() {
-                format!("the agent reported that it cannot do the task: {reason}")
-            } else {
-                format!("the agent reported that it cannot do {} of the task: {reason}", part.describe())
-            }));
-        }
-        let redactor = &self.runner.redactor;
-        let reported = agent_report.is_some() || parsed.as_ref().is_some_and(|p| p.summary.is_some());
-        let summary = match agent_report {
-            Some(Ok(Some(s))) => Some(s),
-            _ => parsed.as_ref().and_then(|p| p.summary.clone()).or_else(|| last_message(&finished.tail)),
-        };
-        // A CLI that exits 0 after refused or failed tool calls failed.
-        let soft_failure = parsed
-            .as_ref()
-            .and_then(|p| p.error.as_ref())
-            .filter(|e| matches!(e.kind, ErrorKind::PermissionDenied | ErrorKind::ToolFailed))
-            .map(|e| redactor.redact(&e.message));
-        Ok(Step::Ran(Ran { finished, soft_failure, reported, summary: summary.map(|s| redactor.redact(&s)), cost_usd }))
+/// An error the CLI reported: the next agent of the chain, the end of the
+/// task, or (for refused or failed tool calls) nothing yet.
+fn agent_error(
+    task: &mut TaskContext<'_>,
+    inv: &Invocation,
+    output: &AgentOutput,
+    tail: &str,
+) -> Result<Option<Step>, Failure> {
+    let Some(err) = &output.error else { return Ok(None) };
+    if err.kind.fails_over() && task.has_next_agent() {
+        return Ok(Some(agents::next_after_api_error(task, err.kind)));
     }
-
-    /// What an agent run reported spending: the task's and the run's
-    /// totals.
-    fn add_cost(&mut self, usd: f64) {
-        self.facts.cost_usd = Some(self.facts.cost_usd.unwrap_or(0.0) + usd);
-        self.runner.spent.fetch_add((usd.max(0.0) * 1e6).round() as u64, std::sync::atomic::Ordering::SeqCst);
-        self.runner.event(Event::Cost { task: self.name, usd });
+    if err.kind.ends_task() {
+        let message = task.runner().redactor.redact(&err.message);
+        return Err(Failure::failed(agent_error_reason(inv.name(), err.kind, &message)).with_tail(tail));
     }
-
-    /// An error the CLI reported: the next agent of the chain, the end of
-    /// the task, or (for refused or failed tool calls) nothing yet.
-    fn agent_error(&mut self, inv: &Invocation, output: &AgentOutput, tail: &str) -> Result<Option<Step>, Failure> {
-        let Some(err) = &output.error else { return Ok(None) };
-        match err.kind {
-            ErrorKind::RateLimited | ErrorKind::Overloaded if self.agents.len() > 1 => {
-                Ok(Some(self.next_agent_after_api_error(err.kind)))
-            }
-            ErrorKind::RateLimited
-            | ErrorKind::Overloaded
-            | ErrorKind::Auth
-            | ErrorKind::BudgetExceeded
-            | ErrorKind::TurnCap => {
-                let message = self.runner.redactor.redact(&err.message);
-                Err(Failure::failed(agent_error_reason(&inv.name, err.kind, &message)).with_tail(tail))
-            }
-            ErrorKind::PermissionDenied | ErrorKind::ToolFailed | ErrorKind::Other => Ok(None),
-        }
-    }
+    Ok(None)
 }
 
 /// The agent's environment: the allowlist and its own variables, the
@@ -328,15 +297,13 @@ fn agent_env(
     if let Some(m) = model {
         extra.push(("CASSIST_MODEL".into(), m.into()));
     }
-    if let Some(b) = inv.builtin {
-        extra.extend(b.extra_env(model).into_iter().map(|(k, v)| (k, OsString::from(v))));
-    }
+    extra.extend(inv.extra_env(model).into_iter().map(|(k, v)| (k, OsString::from(v))));
     // A private temp folder, inside the agent's writable io folder.
     let tmp = files.io.join("tmp");
     if std::fs::create_dir_all(&tmp).is_ok() {
         extra.push(("TMPDIR".into(), tmp.into()));
     }
-    invoke::environment(&inv.pass_env, &extra)
+    invoke::environment(&inv.pass_env(), &extra)
 }
 
 /// Writes `bytes` to a new file at `path`, replacing what is there: never

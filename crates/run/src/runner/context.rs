@@ -1,9 +1,14 @@
 //! What one task's run carries from step to step: the task, its record
 //! folder, its workspace, the agents it may use, and what it did so far.
+//! The steps ([`super::setup`], [`super::attempt`], [`super::judge`],
+//! [`super::acceptance`], [`super::integrate`], the loops) are functions
+//! over a [`TaskContext`]; what they change of it goes through its
+//! methods, each keeping its own rule (an attempt is counted with its
+//! transcript, a cost adds to the run's spend too).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::agent::invoke::{self, Invocation};
 use crate::workspace::{Layer, Mode, Workspace};
@@ -37,27 +42,26 @@ pub struct Facts {
 
 /// One task's run in its workspace.
 pub struct TaskContext<'a> {
-    pub runner: &'a Runner,
-    pub t: &'a PlannedTask,
-    pub name: &'a str,
+    runner: &'a Runner,
+    t: &'a PlannedTask,
     /// `.cassist/runs/<id>/<task>/`.
-    pub record: &'a Path,
-    pub ws: Workspace,
+    record: &'a Path,
+    ws: Workspace,
     /// The agents left to try, in order; the first runs.
-    pub agents: Vec<Invocation>,
+    agents: Vec<Invocation>,
     /// The environment of setup, acceptance and build commands (their
     /// `TMPDIR` is private: `/tmp`, or copy mode's own folder).
-    pub base_env: Vec<(OsString, OsString)>,
-    /// A read-only kind or sandbox: no project tests, changes rejected.
-    pub read_only: bool,
-    pub facts: Facts,
-    /// The iteration running now (SPEC 3.7), from 1.
-    pub iteration: u32,
+    base_env: Vec<(OsString, OsString)>,
+    facts: Facts,
+    /// The iteration running now, from 1: a failed review or acceptance
+    /// goes back to the agent in the next, up to the task's
+    /// `max-iterations`.
+    iteration: u32,
     /// What the next prompt of the whole task is told (review or
     /// acceptance feedback).
-    pub feedback: Option<String>,
+    feedback: Option<String>,
     /// When the task started.
-    pub started: std::time::Instant,
+    started: Instant,
 }
 
 impl<'a> TaskContext<'a> {
@@ -76,30 +80,85 @@ impl<'a> TaskContext<'a> {
         TaskContext {
             runner,
             t,
-            name: t.task.name.as_str(),
             record,
             ws,
             agents,
             base_env: invoke::environment(&[], &[("TMPDIR".into(), tmp.into())]),
-            read_only: t.read_only(),
             facts,
             iteration: 1,
             feedback: None,
-            started: std::time::Instant::now(),
+            started: Instant::now(),
         }
     }
 
+    /// What the task did and its workspace, once it ended.
+    pub fn into_parts(self) -> (Facts, Workspace) {
+        (self.facts, self.ws)
+    }
+
+    pub fn runner(&self) -> &'a Runner {
+        self.runner
+    }
+
+    /// The task as planned.
+    pub fn task(&self) -> &'a PlannedTask {
+        self.t
+    }
+
+    /// The task's name.
+    pub fn name(&self) -> &'a str {
+        self.t.task.name.as_str()
+    }
+
+    /// The task's record folder, `.cassist/runs/<id>/<task>/`.
+    pub fn record_dir(&self) -> &'a Path {
+        self.record
+    }
+
+    pub fn workspace(&self) -> &Workspace {
+        &self.ws
+    }
+
+    pub fn workspace_mut(&mut self) -> &mut Workspace {
+        &mut self.ws
+    }
+
+    /// The environment of setup, acceptance and build commands.
+    pub fn base_env(&self) -> &[(OsString, OsString)] {
+        &self.base_env
+    }
+
+    /// A read-only kind or sandbox: no project tests, changes rejected.
+    pub fn read_only(&self) -> bool {
+        self.t.read_only()
+    }
+
+    /// What the task did so far.
+    pub fn facts(&self) -> &Facts {
+        &self.facts
+    }
+
+    /// When the task started.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
     pub fn phase(&self, phase: &'static str, attempt: u32, detail: impl Into<String>) {
-        self.runner.phase(self.name, phase, attempt, detail);
+        self.runner.phase(self.name(), phase, attempt, detail);
     }
 
     pub fn note(&self, message: impl Into<String>) {
-        self.runner.event(Event::Note { task: self.name, message: message.into() });
+        self.runner.event(Event::Note { task: self.name(), message: message.into() });
     }
 
     /// Ctrl-C ends the task before its next step.
     pub fn check_cancel(&self) -> Result<(), Failure> {
         if self.runner.cancel.is_cancelled() { Err(Failure::interrupted()) } else { Ok(()) }
+    }
+
+    /// The iteration running now, from 1.
+    pub fn iteration(&self) -> u32 {
+        self.iteration
     }
 
     /// Another iteration, or, after the last, `failure`.
@@ -109,6 +168,78 @@ impl<'a> TaskContext<'a> {
         }
         self.iteration += 1;
         Ok(())
+    }
+
+    /// What the next prompt of the whole task is told, if anything.
+    pub fn feedback(&self) -> Option<&str> {
+        self.feedback.as_deref()
+    }
+
+    pub fn set_feedback(&mut self, feedback: String) {
+        self.feedback = Some(feedback);
+    }
+
+    /// The agent that runs next: the first of the chain left.
+    pub fn agent(&self) -> &Invocation {
+        &self.agents[0]
+    }
+
+    /// Whether another agent of the chain is left after the first.
+    pub fn has_next_agent(&self) -> bool {
+        self.agents.len() > 1
+    }
+
+    /// The first agent is dropped from the chain: its name, and the name
+    /// of the one that runs next, if any is left.
+    pub fn drop_agent(&mut self) -> (String, Option<String>) {
+        let gone = self.agents.remove(0);
+        (gone.name().to_owned(), self.agents.first().map(|next| next.name().to_owned()))
+    }
+
+    /// The agent of the run starting now; the task's report names it from
+    /// now on.
+    pub fn choose_agent(&mut self) -> Invocation {
+        let agent = self.agents[0].clone();
+        self.facts.agent = Some(agent.name().to_owned());
+        agent
+    }
+
+    /// An agent run ended, its output in `transcript`.
+    pub fn count_run(&mut self, transcript: PathBuf) {
+        self.facts.attempts += 1;
+        self.facts.transcript = Some(transcript);
+    }
+
+    /// What an agent run reported spending: the task's and the run's
+    /// totals.
+    pub fn add_cost(&mut self, usd: f64) {
+        self.facts.cost_usd = Some(self.facts.cost_usd.unwrap_or(0.0) + usd);
+        self.runner.spent.fetch_add((usd.max(0.0) * 1e6).round() as u64, std::sync::atomic::Ordering::SeqCst);
+        self.runner.event(Event::Cost { task: self.name(), usd });
+    }
+
+    /// The files the task's change touches, for its report.
+    pub fn set_changed_files(&mut self, changes: &ChangeSet) {
+        self.facts.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
+    }
+
+    /// The acceptance commands that ran last, for the report.
+    pub fn set_acceptance(&mut self, acceptance: Vec<AcceptanceReport>) {
+        self.facts.acceptance = acceptance;
+    }
+
+    pub fn set_summary(&mut self, summary: Option<String>) {
+        self.facts.summary = summary;
+    }
+
+    /// The parts of a split task, as its report shows them.
+    pub fn set_subtasks(&mut self, subtasks: Vec<SubtaskReport>) {
+        self.facts.subtasks = subtasks;
+    }
+
+    /// Why the task passed without integrating anything.
+    pub fn set_nothing_integrated(&mut self, why: String) {
+        self.facts.nothing_integrated = Some(why);
     }
 
     /// The workspace's change so far.

@@ -4,8 +4,8 @@
 use cassist_core::event::TaskState;
 use cassist_sandbox::process::{Finished, Outcome};
 
-/// The reason of a task Ctrl-C stopped (its state stays `failed` in the
-/// report: SPEC 5's states).
+/// The reason of a task Ctrl-C stopped (its state is `failed` in the
+/// report: interrupted is not a state of its own).
 pub const INTERRUPTED: &str = "interrupted (Ctrl-C)";
 
 /// Why a task did not pass. The task's report is made from it in one

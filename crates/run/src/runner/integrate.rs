@@ -37,116 +37,117 @@ pub enum Origin<'a> {
     Replayed(&'a Entry),
 }
 
-impl TaskContext<'_> {
-    /// Records the change (a passed task's), integrates it into the user's
-    /// tree and runs the `build` commands there (taking the change back
-    /// out if one fails); the task's `cassist.lock` line, as written with
-    /// the change.
-    pub fn integrate_and_build(&mut self, changes: &ChangeSet, origin: Origin<'_>) -> Result<bool, Failure> {
-        let patch = self.record.join("patch.diff");
-        let _ = std::fs::write(&patch, self.runner.redactor.redact(&unified_diff(changes)));
-        // What the agent wrote that .gitignore ignores is said, never
-        // dropped silently; when it is all the agent wrote, the report
-        // says why nothing was integrated.
-        if !self.read_only && !self.ws.ignored().is_empty() {
-            let note = format!("not integrated, ignored by .gitignore: {}", some_paths(self.ws.ignored()));
-            let note = self.runner.redactor.redact(&note);
-            self.note(note.clone());
-            if changes.is_empty() {
-                self.facts.nothing_integrated = Some(note);
-            }
+/// Records the change (a passed task's), integrates it into the user's
+/// tree and runs the `build` commands there (taking the change back out if
+/// one fails); whether the task's store entry was written.
+pub fn integrate_and_build(
+    task: &mut TaskContext<'_>,
+    changes: &ChangeSet,
+    origin: Origin<'_>,
+) -> Result<bool, Failure> {
+    let runner = task.runner();
+    let patch = task.record_dir().join("patch.diff");
+    let _ = std::fs::write(&patch, runner.redactor.redact(&unified_diff(changes)));
+    // What the agent wrote that .gitignore ignores is said, never dropped
+    // silently; when it is all the agent wrote, the report says why nothing
+    // was integrated.
+    let ignored = task.workspace().ignored();
+    if !task.read_only() && !ignored.is_empty() {
+        let note = format!("not integrated, ignored by .gitignore: {}", some_paths(ignored));
+        let note = runner.redactor.redact(&note);
+        task.note(note.clone());
+        if changes.is_empty() {
+            task.set_nothing_integrated(note);
         }
-        let refused: Vec<String> = changes
-            .changes
-            .iter()
-            .filter_map(|c| crate::workspace::never_written(c).map(|why| format!("{}: {why}", c.path)))
-            .collect();
-        if !refused.is_empty() {
-            return Err(Failure::failed(format!("{}; nothing was integrated", IntegrateError::Refused(refused))));
-        }
-        // One change at a time is recorded, built and lands.
-        let _one_at_a_time = self.runner.integration.write().unwrap_or_else(|e| e.into_inner());
-        let date = cassist_core::lock::now_rfc3339();
-        let (replayed, recorded) = match origin {
-            Origin::Passed { split } => (None, self.record_passed(changes, split, &date)),
-            Origin::Replayed(e) => (Some(e), None),
-        };
-        // The change as an integration layer, for the workspaces started
-        // from now on and the build.
-        let layer = if changes.is_empty() {
-            None
-        } else {
-            self.phase("integrate", self.facts.attempts, format!("{} file(s)", changes.changes.len()));
-            match IntegrationLayer::create(&self.runner.workspaces, self.name, &[changes]) {
-                Ok(layer) => Some(Arc::new(layer)),
-                Err(e) => {
-                    self.withdraw(recorded);
-                    return Err(Failure::failed(format!(
-                        "cannot write the change's layer: {e}; nothing was integrated"
-                    )));
-                }
-            }
-        };
-        // The build checks the project as the change leaves it over what
-        // passed before (nothing to build without a change), for a task
-        // that runs the project's checks (the rule its hash follows too).
-        if let Some(layer) = &layer
-            && self.t.runs_project_checks()
-            && !self.runner.plan.project.config.build.is_empty()
-        {
-            let stack: Vec<_> = std::iter::once(layer.clone()).chain(self.runner.view().0).collect();
-            failpoint::hit("build-start");
-            let built = self.build(stack);
-            self.ws.end_scratch();
-            failpoint::hit("build-end");
-            if let Err((why, tail)) = built {
-                self.withdraw(recorded);
-                return Err(Failure::failed(format!("{why}; nothing was integrated")).with_tail(tail));
-            }
-        }
-        self.land(changes, replayed, recorded, patch, layer)
     }
+    let refused: Vec<String> = changes
+        .changes
+        .iter()
+        .filter_map(|c| crate::workspace::never_written(c).map(|why| format!("{}: {why}", c.path)))
+        .collect();
+    if !refused.is_empty() {
+        return Err(Failure::failed(format!("{}; nothing was integrated", IntegrateError::Refused(refused))));
+    }
+    // One change at a time is recorded, built and lands.
+    let _one_at_a_time = runner.integration.write().unwrap_or_else(|e| e.into_inner());
+    let date = cassist_core::lock::now_rfc3339();
+    let (replayed, recorded) = match origin {
+        Origin::Passed { split } => (None, task.record_passed(changes, split, &date)),
+        Origin::Replayed(e) => (Some(e), None),
+    };
+    // The change as an integration layer, for the workspaces started from
+    // now on and the build.
+    let layer = if changes.is_empty() {
+        None
+    } else {
+        task.phase("integrate", task.facts().attempts, format!("{} file(s)", changes.changes.len()));
+        match IntegrationLayer::create(&runner.workspaces, task.name(), &[changes]) {
+            Ok(layer) => Some(Arc::new(layer)),
+            Err(e) => {
+                task.withdraw(recorded);
+                return Err(Failure::failed(format!("cannot write the change's layer: {e}; nothing was integrated")));
+            }
+        }
+    };
+    // The build checks the project as the change leaves it over what
+    // passed before (nothing to build without a change), for a task that
+    // runs the project's checks (the rule its hash follows too).
+    if let Some(layer) = &layer
+        && task.task().runs_project_checks()
+        && !runner.plan.project.config.build.is_empty()
+    {
+        let stack: Vec<_> = std::iter::once(layer.clone()).chain(runner.view().0).collect();
+        failpoint::hit("build-start");
+        let built = build(task, stack);
+        task.workspace_mut().end_scratch();
+        failpoint::hit("build-end");
+        if let Err((why, tail)) = built {
+            task.withdraw(recorded);
+            return Err(Failure::failed(format!("{why}; nothing was integrated")).with_tail(tail));
+        }
+    }
+    land(task, changes, replayed, recorded, patch, layer)
+}
 
-    /// Queues the change for the flush ([`super::flush`]), unless it
-    /// conflicts with what landed since the task started or with the
-    /// user's edits.
-    fn land(
-        &mut self,
-        changes: &ChangeSet,
-        replayed: Option<&Entry>,
-        recorded: Option<super::record::Recorded>,
-        patch: std::path::PathBuf,
-        layer: Option<Arc<IntegrationLayer>>,
-    ) -> Result<bool, Failure> {
-        let was_recorded = recorded.is_some();
-        let landing = Landing::new(self.t, changes, self.ws.started(), replayed, recorded, patch.clone());
-        let stack = self.ws.stack();
-        let in_view = |p: &str| stack.iter().any(|l| l.paths().contains(p));
-        match self.runner.land(landing, layer, self.ws.view, &in_view) {
-            Ok(()) => Ok(was_recorded),
-            Err(conflicts) => Err(Failure::failed(conflicts.reason(&patch))),
-        }
+/// Queues the change for the flush ([`super::flush`]), unless it conflicts
+/// with what landed since the task started or with the user's edits.
+fn land(
+    task: &TaskContext<'_>,
+    changes: &ChangeSet,
+    replayed: Option<&Entry>,
+    recorded: Option<super::record::Recorded>,
+    patch: std::path::PathBuf,
+    layer: Option<Arc<IntegrationLayer>>,
+) -> Result<bool, Failure> {
+    let was_recorded = recorded.is_some();
+    let ws = task.workspace();
+    let landing = Landing::new(task.task(), changes, ws.started(), replayed, recorded, patch.clone());
+    let stack = ws.stack();
+    let in_view = |p: &str| stack.iter().any(|l| l.paths().contains(p));
+    match task.runner().land(landing, layer, ws.view, &in_view) {
+        Ok(()) => Ok(was_recorded),
+        Err(conflicts) => Err(Failure::failed(conflicts.reason(&patch))),
     }
+}
 
-    /// The `build` commands in order, on a throw-away layer over the user's
-    /// tree as integrated; the first that fails: why, and the end of its
-    /// output.
-    fn build(&mut self, stack: Vec<Arc<IntegrationLayer>>) -> Result<(), (String, String)> {
-        self.ws
-            .begin_build_over(stack)
-            .map_err(|e| (format!("cannot prepare the build layer after integration: {e}"), String::new()))?;
-        for cmd in &self.runner.plan.project.config.build {
-            self.phase("build", self.facts.attempts, cmd.clone());
-            let why = match self.shell(Role::Build, cmd, Some(accept::DEFAULT_TIMEOUT), &self.record.join("build.log"))
-            {
-                Ok(f) if f.success() => continue,
-                Ok(f) => (super::failure::ended(&f), f.tail),
-                Err(e) => (e.to_string(), String::new()),
-            };
-            return Err((format!("build command `{cmd}` failed after integration ({})", why.0), why.1));
-        }
-        Ok(())
+/// The `build` commands in order, on a throw-away layer over the user's
+/// tree as integrated; the first that fails: why, and the end of its
+/// output.
+fn build(task: &mut TaskContext<'_>, stack: Vec<Arc<IntegrationLayer>>) -> Result<(), (String, String)> {
+    task.workspace_mut()
+        .begin_build_over(stack)
+        .map_err(|e| (format!("cannot prepare the build layer after integration: {e}"), String::new()))?;
+    let log = task.record_dir().join("build.log");
+    for cmd in &task.runner().plan.project.config.build {
+        task.phase("build", task.facts().attempts, cmd.clone());
+        let why = match task.shell(Role::Build, cmd, Some(accept::DEFAULT_TIMEOUT), &log) {
+            Ok(f) if f.success() => continue,
+            Ok(f) => (super::failure::ended(&f), f.tail),
+            Err(e) => (e.to_string(), String::new()),
+        };
+        return Err((format!("build command `{cmd}` failed after integration ({})", why.0), why.1));
     }
+    Ok(())
 }
 
 /// At most ten of `paths`, then how many more.

@@ -1,4 +1,4 @@
-//! What confines each command of a task (SPEC 6): where it may write, what
+//! What confines each command of a task: where it may write, what
 //! it keeps seeing where its temp folders are private and other tasks'
 //! folders hidden. The mechanisms are [`cassist_sandbox::sandbox`]'s; this is the
 //! policy, one [`Role`] at a time.
@@ -28,6 +28,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::agent::Agent;
 use crate::agent::invoke::Invocation;
 use crate::workspace::{Mode, Workspace};
 use cassist_core::spec::SandboxLevel;
@@ -90,7 +91,10 @@ impl Runner {
                     writable.push(ws.dir.clone());
                 }
                 if let Some(inv) = inv {
-                    let own = self.agent_state(inv);
+                    let home = std::env::var_os("HOME").map(PathBuf::from);
+                    let own = agent_state(&**inv, &self.plan.project.root, self.mode, home.as_deref(), |v| {
+                        std::env::var_os(v)
+                    });
                     if self.mode == Mode::Overlay {
                         state = Some(self.state_views(ws, &own));
                     }
@@ -119,7 +123,7 @@ impl Runner {
         // The agent's program and the files its command line names (a
         // script under /tmp, say).
         if let Some(inv) = inv {
-            keep.extend(inv.argv.iter().filter(|a| a.starts_with('/')).map(PathBuf::from));
+            keep.extend(inv.named_paths());
         }
         let keep = keep.into_iter().filter_map(|p| p.canonicalize().ok()).collect();
         let writable = writable.into_iter().map(|p| p.canonicalize().unwrap_or(p)).collect();
@@ -146,46 +150,44 @@ impl Runner {
         paths.dedup();
         StateViews { paths, dir: ws.base().join("state"), shared: self.shared_state.clone() }
     }
+}
 
-    /// What an agent may write besides its workspace and io folder: its
-    /// own state folders (created first for built-in agents: a rule needs
-    /// an existing path).
-    fn agent_state(&self, inv: &Invocation) -> Vec<PathBuf> {
-        let root = &self.plan.project.root;
-        let mut paths = Vec::new();
-        for var in ["CODEX_HOME", "CLAUDE_CONFIG_DIR"] {
-            if inv.pass_env.iter().any(|v| v == var)
-                && let Some(p) = std::env::var_os(var).map(PathBuf::from)
-                && !p.starts_with(root)
-            {
-                paths.push(p);
-            }
-        }
-        if inv.name == "claude"
-            && let Some(f) = crate::agent::adapter::home_path(".claude.json")
+/// What `agent` may write besides its workspace and io folder: the state
+/// folders its variables name (`var` reads cassist's environment), and its
+/// own files and folders under `home`, a missing folder made first for an
+/// agent that [`Agent::makes_state_dirs`] (a rule needs an existing path).
+/// Never a folder made in the user's project `root` (a HOME inside it);
+/// state in the project is writable only where the overlay keeps its
+/// writes in the workspace (`mode`).
+fn agent_state(
+    agent: &dyn Agent,
+    root: &Path,
+    mode: Mode,
+    home: Option<&Path>,
+    var: impl Fn(&str) -> Option<OsString>,
+) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    let passed = agent.pass_env();
+    for name in crate::agent::all_state_vars() {
+        if passed.contains(&name)
+            && let Some(p) = var(name).map(PathBuf::from)
+            && !p.starts_with(root)
         {
-            paths.push(f);
+            paths.push(p);
         }
-        if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
-            for rel in crate::agent::state_dirs(&inv.name) {
-                let p = home.join(rel);
-                // Never make folders in the user's project (a HOME inside
-                // it), nor for agents that do not need them.
-                if !p.exists()
-                    && cassist_core::spec::BUILTIN_AGENTS.contains(&inv.name.as_str())
-                    && !p.starts_with(root)
-                {
-                    let _ = std::fs::create_dir_all(&p);
-                }
-                // In the project (a HOME there), only the overlay keeps
-                // its writes in the workspace.
-                if !p.starts_with(root) || self.mode == Mode::Overlay {
-                    paths.push(p);
-                }
-            }
-        }
-        paths
     }
+    let Some(home) = home else { return paths };
+    paths.extend(agent.home_state_files().iter().map(|f| home.join(f)));
+    for rel in crate::agent::state_dirs(agent) {
+        let p = home.join(rel);
+        if !p.exists() && agent.makes_state_dirs() && !p.starts_with(root) {
+            let _ = std::fs::create_dir_all(&p);
+        }
+        if !p.starts_with(root) || mode == Mode::Overlay {
+            paths.push(p);
+        }
+    }
+    paths
 }
 
 /// How long the copy-mode wrapper lets a command handle a TERM before it
@@ -206,4 +208,76 @@ fn visible_from_env(env: &[(OsString, OsString)]) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::adapter::{AdapterInput, AgentOutput};
+
+    /// An agent known only through the trait: what the sandbox leaves it
+    /// comes from its answers, never from its name.
+    #[derive(Debug)]
+    struct Fake {
+        makes: bool,
+        passes: Vec<&'static str>,
+    }
+
+    impl Agent for Fake {
+        fn name(&self) -> &str {
+            "claude"
+        }
+        fn program(&self) -> &str {
+            "fake"
+        }
+        fn install_line(&self) -> Option<&str> {
+            None
+        }
+        fn pass_env(&self) -> Vec<&str> {
+            self.passes.clone()
+        }
+        fn home_state(&self) -> &[&str] {
+            &[".fake"]
+        }
+        fn home_state_files(&self) -> &[&str] {
+            &[".fake.json"]
+        }
+        fn makes_state_dirs(&self) -> bool {
+            self.makes
+        }
+        fn argv(&self, _input: &AdapterInput<'_>) -> Vec<String> {
+            vec!["fake".into()]
+        }
+        fn parse(&self, _text: &str, _outcome: cassist_sandbox::process::Outcome, _io: &Path) -> Option<AgentOutput> {
+            None
+        }
+    }
+
+    #[test]
+    fn an_agents_state_is_what_its_trait_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let (home, root) = (dir.path().join("home"), dir.path().join("project"));
+        std::fs::create_dir_all(&home).unwrap();
+        let codex_home = dir.path().join("codex-home");
+        let var = |v: &str| (v == "CODEX_HOME").then(|| codex_home.clone().into_os_string());
+        let agent = Fake { makes: false, passes: vec!["CODEX_HOME"] };
+        let paths = agent_state(&agent, &root, Mode::Overlay, Some(&home), var);
+        assert_eq!(paths, [codex_home.clone(), home.join(".fake.json"), home.join(".fake"), home.join(".cache")]);
+        assert!(!home.join(".fake").exists(), "nothing is made for an agent that does not ask");
+        // Named "claude", but neither passed CLAUDE_CONFIG_DIR nor given
+        // `.claude`: the name decides nothing.
+        assert!(!paths.iter().any(|p| p.ends_with(".claude") || p.ends_with(".claude.json")));
+
+        let agent = Fake { makes: true, passes: Vec::new() };
+        let paths = agent_state(&agent, &root, Mode::Copy, Some(&home), var);
+        assert_eq!(paths, [home.join(".fake.json"), home.join(".fake"), home.join(".cache")]);
+        assert!(home.join(".fake").is_dir() && home.join(".cache").is_dir());
+
+        // A HOME inside the project: nothing made there, and in copy mode
+        // nothing of it writable.
+        let inner = root.join("home");
+        assert_eq!(agent_state(&agent, &root, Mode::Copy, Some(&inner), var), [inner.join(".fake.json")]);
+        assert!(!inner.exists());
+        assert_eq!(agent_state(&agent, &root, Mode::Overlay, None, var), Vec::<PathBuf>::new());
+    }
 }

@@ -20,96 +20,91 @@ pub enum Judged {
     },
 }
 
-impl TaskContext<'_> {
-    /// How the agent ended and what its change looks like: the change, or
-    /// the reason to go back to the agent and what to tell it.
-    pub fn judge(&mut self, attempt: u32, ran: &Ran) -> Result<Judged, Failure> {
-        if let Some(problem) = run_problem(ran) {
-            return Ok(problem);
-        }
-        // What changed.
-        self.phase("review", attempt, "");
-        let changes = self.read_changes()?;
-        self.facts.changed_files = changes.paths().iter().map(|s| (*s).to_owned()).collect();
-        let review = self.review(&changes);
-        let _ = std::fs::write(
-            self.record.join(format!("review-{attempt}.json")),
-            serde_json::to_vec_pretty(&review).unwrap_or_default(),
-        );
-        for w in review.findings.iter().filter(|f| f.severity == review::Severity::Warning) {
-            self.note(format!("review: {}", w.message));
-        }
-        if review.rejected() {
-            return Ok(Judged::Problem {
-                reason: review_reason(&review, self.read_only),
-                feedback: review.feedback(),
-                changes: Some(changes),
+/// How the agent ended and what its change looks like: the change, or the
+/// reason to go back to the agent and what to tell it.
+pub fn judge(task: &mut TaskContext<'_>, attempt: u32, ran: &Ran) -> Result<Judged, Failure> {
+    if let Some(problem) = run_problem(ran) {
+        return Ok(problem);
+    }
+    // What changed.
+    task.phase("review", attempt, "");
+    let changes = task.read_changes()?;
+    task.set_changed_files(&changes);
+    let review = review_changes(task, &changes);
+    let _ = std::fs::write(
+        task.record_dir().join(format!("review-{attempt}.json")),
+        serde_json::to_vec_pretty(&review).unwrap_or_default(),
+    );
+    for w in review.findings.iter().filter(|f| f.severity == review::Severity::Warning) {
+        task.note(format!("review: {}", w.message));
+    }
+    if review.rejected() {
+        return Ok(Judged::Problem {
+            reason: review_reason(&review, task.read_only()),
+            feedback: review.feedback(),
+            changes: Some(changes),
+        });
+    }
+    Ok(Judged::Fine(changes))
+}
+
+/// The review of `changes` ([`review::review`]: scope, read-only, new
+/// dependencies, secrets, cassist's own files, special files, sizes), and
+/// of the values of secret variables written into them.
+pub fn review_changes(task: &TaskContext<'_>, changes: &ChangeSet) -> Review {
+    let t = task.task();
+    let plan = &task.runner().plan;
+    let config = &plan.project.config;
+    let own_files = OwnFiles {
+        task_files: plan.tasks.iter().map(|t| t.task.source.name.clone()).collect(),
+        template: config.prompt_template.as_ref().map(|p| p.value.clone()),
+        instructions: config.instructions.as_ref().map(|p| p.value.clone()),
+    };
+    let mut review = review::review(
+        changes,
+        &ReviewInput {
+            scope: &t.key.spec.scope,
+            sandbox: t.sandbox,
+            kind: t.task.kind,
+            constraints: &t.task.constraints,
+            project_has_tests: t.task.kind == cassist_core::spec::Kind::Code && tests_near(&plan.project.root, changes),
+            own_files: &own_files,
+            limits: config.limits,
+        },
+    );
+    // The value of a secret variable of cassist's own environment,
+    // written into a file, is a leak whatever its shape.
+    let redactor = &task.runner().redactor;
+    for c in &changes.changes {
+        let in_name = redactor.contains_secret(c.path.as_bytes());
+        let in_content = c.new.as_deref().is_some_and(|b| redactor.contains_secret(b))
+            && !c.old.as_deref().is_some_and(|b| redactor.contains_secret(b));
+        let messages = [
+            (in_name, format!("the name of {} holds the value of a secret environment variable: rename it", c.path)),
+            (
+                in_content,
+                format!(
+                    "the value of a secret environment variable was written into {}: remove it and read the value from the environment instead",
+                    c.path
+                ),
+            ),
+        ];
+        for (_, message) in messages.into_iter().filter(|(found, _)| *found) {
+            review.findings.push(review::Finding {
+                rule: review::Rule::Secret,
+                severity: review::Severity::Reject,
+                path: Some(c.path.clone()),
+                message,
             });
         }
-        Ok(Judged::Fine(changes))
     }
-
-    /// The review of `changes` (SPEC 3.5), and of the secrets written into
-    /// them.
-    pub fn review(&self, changes: &ChangeSet) -> Review {
-        let t = self.t;
-        let plan = &self.runner.plan;
-        let config = &plan.project.config;
-        let own_files = OwnFiles {
-            task_files: plan.tasks.iter().map(|t| t.task.source.name.clone()).collect(),
-            template: config.prompt_template.as_ref().map(|p| p.value.clone()),
-            instructions: config.instructions.as_ref().map(|p| p.value.clone()),
-        };
-        let mut review = review::review(
-            changes,
-            &ReviewInput {
-                scope: &t.key.spec.scope,
-                sandbox: t.sandbox,
-                kind: t.task.kind,
-                constraints: &t.task.constraints,
-                project_has_tests: t.task.kind == cassist_core::spec::Kind::Code
-                    && tests_near(&plan.project.root, changes),
-                own_files: &own_files,
-                limits: config.limits,
-            },
-        );
-        // The value of a secret variable of cassist's own environment,
-        // written into a file, is a leak whatever its shape.
-        let redactor = &self.runner.redactor;
-        for c in &changes.changes {
-            let in_name = redactor.contains_secret(c.path.as_bytes());
-            let in_content = c.new.as_deref().is_some_and(|b| redactor.contains_secret(b))
-                && !c.old.as_deref().is_some_and(|b| redactor.contains_secret(b));
-            let messages = [
-                (
-                    in_name,
-                    format!("the name of {} holds the value of a secret environment variable: rename it", c.path),
-                ),
-                (
-                    in_content,
-                    format!(
-                        "the value of a secret environment variable was written into {}: remove it and read the value from the environment instead",
-                        c.path
-                    ),
-                ),
-            ];
-            for (_, message) in messages.into_iter().filter(|(found, _)| *found) {
-                review.findings.push(review::Finding {
-                    rule: review::Rule::Secret,
-                    severity: review::Severity::Reject,
-                    path: Some(c.path.clone()),
-                    message,
-                });
-            }
-        }
-        // Findings name paths and symlink targets the agent chose: never
-        // a secret's value, in the feedback or the records.
-        for f in &mut review.findings {
-            f.message = redactor.redact(&f.message);
-            f.path = f.path.as_deref().map(|p| redactor.redact(p));
-        }
-        review
+    // Findings name paths and symlink targets the agent chose: never
+    // a secret's value, in the feedback or the records.
+    for f in &mut review.findings {
+        f.message = redactor.redact(&f.message);
+        f.path = f.path.as_deref().map(|p| redactor.redact(p));
     }
+    review
 }
 
 /// A run that failed, or whose tool calls failed: the problem, before any

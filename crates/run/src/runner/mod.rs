@@ -1,4 +1,4 @@
-//! One task, from prompt to an integrated, verified change (SPEC 3):
+//! One task, from prompt to an integrated, verified change:
 //! workspace → setup → prompt → agent → review → acceptance → (feedback |
 //! split) → integrate → build → record.
 //!
@@ -9,12 +9,12 @@
 //! [`integrate`] (after [`record`]: a passed task is in the store before
 //! its change reaches the tree; its change waits as an integration layer
 //! for [`flush`], which the scheduler calls when no task runs), with
-//! [`jail`] saying what confines each of their
-//! commands, and the loops that
-//! drive them, [`whole_loop`] and [`split_loop`]; [`replay`] applies a
-//! stored change instead. They work on one task's [`TaskContext`] and fail
-//! with a [`Failure`]; the task's report is made from how it went in one
-//! place, [`Ending::into_result`].
+//! [`jail`] saying what confines each of their commands, and the loops
+//! that drive them, [`whole_loop`] and [`split_loop`]; [`replay`] applies
+//! a stored change instead. They are functions over one task's
+//! [`TaskContext`] (whose methods keep what it carries) and fail with a
+//! [`Failure`]; the task's report is made from how it went in one place,
+//! [`Ending::into_result`].
 
 mod acceptance;
 mod agents;
@@ -45,13 +45,15 @@ use cassist_core::plan::{Plan, PlannedTask};
 use cassist_core::text::truncate_chars;
 use cassist_sandbox::process::{Cancel, Redactor};
 
-pub use agents::instructions_name;
 use context::{Facts, TaskContext};
 pub use failure::Failure;
 
-/// Summaries of explore/review tasks are cut to this length (SPEC 1).
+/// Summaries of explore/review tasks (the findings their dependents' prompts
+/// are given) are cut to this many characters.
 pub const SUMMARY_LIMIT: usize = 1000;
-/// Feedback to the agent is cut to about this many bytes (SPEC 3.7).
+/// The `# Review feedback` of the next iteration's prompt (the review's
+/// findings, or the failing command's output) is cut to about this many
+/// bytes.
 pub const FEEDBACK_LIMIT: usize = 4096;
 
 /// What the runner hands back for one task: how it ended, and what the
@@ -200,7 +202,9 @@ impl Ending {
 
 /// A `code` task in a project without trust would run read-only and
 /// could change nothing: it fails at once, before its agent is called,
-/// naming the line that lets agents change files (SPEC 2).
+/// naming the line that lets agents change files (`trust` in `cassist.kdl`:
+/// the highest sandbox level tasks may use; a project without one runs
+/// every task read-only).
 fn untrusted_code_task(t: &PlannedTask, config: &cassist_core::spec::ProjectConfig) -> Option<Failure> {
     (t.kind() == cassist_core::spec::Kind::Code && config.trust.is_none()).then(|| {
         Failure::failed(
@@ -240,7 +244,8 @@ impl Runner {
         let mut cmd = cmd.clone();
         let (k, v) = cassist_sandbox::sandbox::WRAPPER_ENV;
         cmd.env.push((k.into(), v.into()));
-        // How much of its output its transcript keeps (SPEC 2 `limits`).
+        // How much of its output its transcript keeps (`limits { transcript
+        // }` of cassist.kdl: head and tail, the middle cut with a marker).
         cmd.transcript_limit = self.plan.project.config.limits.transcript;
         let f = cassist_sandbox::process::run(&cmd, &self.redactor, &self.cancel)?;
         if self.mode == Mode::Overlay
@@ -279,12 +284,14 @@ impl Runner {
                 Err(f) => return Ending::early(facts, f),
             };
             let mut task = TaskContext::new(self, t, record, ws, agents, facts);
-            let outcome = task.run(summaries, recorded_split);
-            Ending { facts: task.facts, outcome, workspace: Some(task.ws) }
+            let outcome = whole_loop::run(&mut task, summaries, recorded_split);
+            let (facts, ws) = task.into_parts();
+            Ending { facts, outcome, workspace: Some(ws) }
         })
     }
 
-    /// Replays a recorded change (SPEC 4 `replay`): no agent; the stored
+    /// Replays a recorded change (a task in state `replay`: its inputs are
+    /// a stored run's, its change is not in the tree): no agent; the stored
     /// patch is applied in a fresh workspace, acceptance is verified, and
     /// the change is integrated.
     pub fn replay_task(&self, t: &PlannedTask, entry: &cassist_core::store::Entry) -> TaskResult {
@@ -295,14 +302,15 @@ impl Runner {
                 Err(f) => return Ending::early(facts, f),
             };
             let mut task = TaskContext::new(self, t, record, ws, Vec::new(), facts);
-            let outcome = task.replay(entry).map(|changes| Done {
+            let outcome = replay::replay(&mut task, entry).map(|changes| Done {
                 state: TaskState::Replayed,
                 changes,
                 split: Vec::new(),
                 recorded: false,
             });
-            // A replay's workspace is never kept.
-            Ending { facts: task.facts, outcome, workspace: None }
+            // A replay's workspace is never kept: it goes with the task.
+            let (facts, _ws) = task.into_parts();
+            Ending { facts, outcome, workspace: None }
         })
     }
 

@@ -144,21 +144,21 @@ impl TaskContext<'_> {
     /// anything of it reaches the tree. A failure to record fails nothing:
     /// it is said, and the task is integrated unrecorded.
     pub(super) fn record_passed(&self, changes: &ChangeSet, split: &[Part], date: &str) -> Option<Recorded> {
-        let plan = &self.runner.plan;
-        let agent = self.facts.agent.as_deref().unwrap_or(&self.t.agent);
+        let plan = &self.runner().plan;
+        let agent = self.facts().agent.as_deref().unwrap_or(&self.task().agent);
         let run = Run {
             agent,
             agent_version: plan.hashing.versions.get(agent).cloned().flatten(),
-            summary: self.facts.summary.clone(),
-            cost_usd: self.facts.cost_usd,
-            duration_ms: self.started.elapsed().as_millis() as u64,
-            attempts: self.facts.attempts,
-            records: Some(self.record),
+            summary: self.facts().summary.clone(),
+            cost_usd: self.facts().cost_usd,
+            duration_ms: self.started().elapsed().as_millis() as u64,
+            attempts: self.facts().attempts,
+            records: Some(self.record_dir()),
             split,
             date: date.to_owned(),
         };
-        let previous = plan.store.get_entry(&self.t.hash);
-        match put_entry(&plan.store, self.t, None, changes, &run) {
+        let previous = plan.store.get_entry(&self.task().hash);
+        match put_entry(&plan.store, self.task(), None, changes, &run) {
             Ok(entry) => Some(Recorded { entry, previous }),
             Err(e) => {
                 self.note(format!(
@@ -175,7 +175,7 @@ impl TaskContext<'_> {
     /// agent again rather than replaying a change that failed.
     pub(super) fn withdraw(&self, recorded: Option<Recorded>) {
         if let Some(r) = recorded {
-            r.withdraw(&self.runner.plan.store);
+            r.withdraw(&self.runner().plan.store);
         }
     }
 }

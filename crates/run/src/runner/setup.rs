@@ -5,48 +5,43 @@
 use crate::accept;
 use cassist_sandbox::process::Outcome;
 
-use super::agents::instructions_name;
 use super::jail::Role;
 use super::{Failure, TaskContext};
 
-impl TaskContext<'_> {
-    /// Runs the `setup` commands in the workspace, in order; the first that
-    /// fails fails the task.
-    pub fn setup(&mut self) -> Result<(), Failure> {
-        let log = self.record.join("setup.log");
-        let commands = &self.runner.plan.project.config.setup;
-        if commands.is_empty() {
-            return Ok(());
-        }
-        for cmd in commands {
-            self.phase("setup", 0, cmd.clone());
-            match self.shell(Role::Setup, cmd, Some(accept::DEFAULT_TIMEOUT), &log) {
-                Ok(f) if f.success() => {}
-                Ok(f) => {
-                    return Err(Failure::failed(format!(
-                        "setup command `{cmd}` failed: {}",
-                        super::failure::ended(&f)
-                    ))
+/// Runs the `setup` commands in the workspace, in order; the first that
+/// fails fails the task.
+pub fn setup(task: &mut TaskContext<'_>) -> Result<(), Failure> {
+    let log = task.record_dir().join("setup.log");
+    let commands = &task.runner().plan.project.config.setup;
+    if commands.is_empty() {
+        return Ok(());
+    }
+    for cmd in commands {
+        task.phase("setup", 0, cmd.clone());
+        match task.shell(Role::Setup, cmd, Some(accept::DEFAULT_TIMEOUT), &log) {
+            Ok(f) if f.success() => {}
+            Ok(f) => {
+                return Err(Failure::failed(format!("setup command `{cmd}` failed: {}", super::failure::ended(&f)))
                     .with_tail(f.tail)
                     .interrupted_if(f.outcome == Outcome::Cancelled));
-                }
-                Err(e) => return Err(Failure::failed(format!("setup command `{cmd}` could not run: {e}"))),
             }
+            Err(e) => return Err(Failure::failed(format!("setup command `{cmd}` could not run: {e}"))),
         }
-        self.ws.setup_done().map_err(|e| Failure::failed(format!("cannot read what setup left: {e}")))
     }
+    task.workspace_mut().setup_done().map_err(|e| Failure::failed(format!("cannot read what setup left: {e}")))
+}
 
-    /// Places the project's `instructions` file in the workspace under the
-    /// name the first agent reads, unless the project has that file.
-    pub fn place_instructions(&mut self) {
-        let project = &self.runner.plan.project;
-        if let Some(instr) = &project.config.instructions {
-            let file = instructions_name(&self.agents[0].name);
-            if !project.root.join(file).exists()
-                && let Ok(bytes) = std::fs::read(project.root.join(&instr.value))
-            {
-                let _ = self.ws.place(file, &bytes);
-            }
+/// Places the project's `instructions` file in the workspace under the
+/// name the first agent reads ([`crate::agent::Agent::instructions_file`]),
+/// unless the project has that file.
+pub fn place_instructions(task: &mut TaskContext<'_>) {
+    let project = &task.runner().plan.project;
+    if let Some(instr) = &project.config.instructions {
+        let file = task.agent().instructions_file().to_owned();
+        if !project.root.join(&file).exists()
+            && let Ok(bytes) = std::fs::read(project.root.join(&instr.value))
+        {
+            let _ = task.workspace_mut().place(&file, &bytes);
         }
     }
 }

@@ -1,9 +1,11 @@
-//! The parts of a split task (SPEC 3.8), one after another in the task's
-//! workspace: each part's agent run is judged on its own; a part killed or
-//! timed out again is split further; once every part passed, the whole
-//! task's acceptance decides, and a failure sends every part round again.
-//! `crate::split` says what the parts are; this loop runs them and keeps
-//! their reports.
+//! The parts of a split task, one after another in the task's workspace:
+//! an agent killed or timed out is not retried as it is, its task is split
+//! into parts with smaller prompts and longer timeouts. Each part's agent
+//! run is judged on its own; a part killed or timed out again is split
+//! further, for at most [`split::MAX_ROUNDS`] rounds; once every part
+//! passed, the whole task's acceptance decides, and a failure sends every
+//! part round again. `crate::split` says what the parts are; this loop
+//! runs them and keeps their reports.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -13,8 +15,9 @@ use cassist_core::changes::ChangeSet;
 use cassist_core::event::{PartState, SubtaskReport, TaskState};
 use cassist_core::part::Part;
 
-use super::attempt::{Oversized, Ran, Request, Step};
-use super::judge::Judged;
+use super::acceptance::{acceptance, acceptance_failed};
+use super::attempt::{Oversized, Ran, Request, Step, attempt};
+use super::judge::{Judged, judge};
 use super::whole_loop::with_feedback;
 use super::{Failure, TaskContext};
 
@@ -43,139 +46,140 @@ struct Current {
     before: Fingerprint,
 }
 
-impl TaskContext<'_> {
-    /// Runs the parts, then acceptance, until the task passes: the change,
-    /// and the parts it passed with. The report's `subtasks` say what
-    /// happened to each part, however the loop ends.
-    pub fn run_split(
-        &mut self,
-        mut parts: Parts<'_>,
-        summaries: &[(String, String)],
-    ) -> Result<(ChangeSet, Vec<Part>), Failure> {
-        let outcome = self.split_iterations(&mut parts, summaries);
-        self.facts.subtasks = parts.close(outcome.as_ref().err());
-        outcome.map(|changes| (changes, parts.tree.leaves()))
-    }
+/// Runs the parts, then acceptance, until the task passes: the change, and
+/// the parts it passed with. The report's `subtasks` say what happened to
+/// each part, however the loop ends.
+pub fn run_split(
+    task: &mut TaskContext<'_>,
+    mut parts: Parts<'_>,
+    summaries: &[(String, String)],
+) -> Result<(ChangeSet, Vec<Part>), Failure> {
+    let outcome = split_iterations(task, &mut parts, summaries);
+    task.set_subtasks(parts.close(outcome.as_ref().err()));
+    outcome.map(|changes| (changes, parts.tree.leaves()))
+}
 
-    fn split_iterations(
-        &mut self,
-        parts: &mut Parts<'_>,
-        summaries: &[(String, String)],
-    ) -> Result<ChangeSet, Failure> {
-        loop {
-            self.check_cancel()?;
-            if parts.pos < parts.tree.queue.len() {
-                self.run_part(parts, summaries)?;
-                continue;
+fn split_iterations(
+    task: &mut TaskContext<'_>,
+    parts: &mut Parts<'_>,
+    summaries: &[(String, String)],
+) -> Result<ChangeSet, Failure> {
+    loop {
+        task.check_cancel()?;
+        if parts.pos < parts.tree.queue.len() {
+            run_part(task, parts, summaries)?;
+            continue;
+        }
+        // Every part is done: the whole task's acceptance.
+        task.set_summary(parts.summary());
+        let changes = task.read_changes()?;
+        let attempt = task.facts().attempts;
+        match acceptance(task, attempt)? {
+            None => return Ok(changes),
+            Some(f) => {
+                // Every part again, each told what failed.
+                let feedback = acceptance_failed(task, &f)?;
+                task.set_feedback(feedback);
+                parts.feedback = None;
+                parts.pos = 0;
             }
-            // Every part is done: the whole task's acceptance.
-            self.facts.summary = parts.summary();
-            let changes = self.read_changes()?;
-            match self.acceptance(self.facts.attempts)? {
-                None => return Ok(changes),
-                Some(f) => {
-                    // Every part again, each told what failed.
-                    self.feedback = Some(self.acceptance_failed(&f)?);
-                    parts.feedback = None;
-                    parts.pos = 0;
-                }
-            }
         }
     }
+}
 
-    /// One agent run of the part at the current position.
-    fn run_part(&mut self, parts: &mut Parts<'_>, summaries: &[(String, String)]) -> Result<(), Failure> {
-        let idx = parts.tree.queue[parts.pos];
-        let part = parts.tree.nodes[idx].part.clone();
-        let prompt = self.part_prompt(parts, &part, summaries);
-        let before = self.ws.changes().map(|c| fingerprint(&c)).unwrap_or_default();
-        let req = Request {
-            prompt: &prompt,
-            part: &part,
-            part_attempt: parts.tree.nodes[idx].next_attempt(),
-            timeout: part.timeout(self.t.timeout),
-        };
-        let current = Current { idx, part: part.clone(), attempt: self.facts.attempts + 1, before };
-        parts.tree.current = Some(idx);
-        let started = Instant::now();
-        let step = self.attempt(&req);
-        parts.tree.nodes[idx].report.duration_ms += started.elapsed().as_millis() as u64;
-        match step? {
-            Step::Again => Ok(()),
-            Step::Oversized(o) => self.split_part(parts, &current, o),
-            Step::Ran(ran) => self.part_ran(parts, current, ran),
-        }
+/// One agent run of the part at the current position.
+fn run_part(task: &mut TaskContext<'_>, parts: &mut Parts<'_>, summaries: &[(String, String)]) -> Result<(), Failure> {
+    let idx = parts.tree.queue[parts.pos];
+    let part = parts.tree.nodes[idx].part.clone();
+    let prompt = part_prompt(task, parts, &part, summaries);
+    let before = task.workspace_mut().changes().map(|c| fingerprint(&c)).unwrap_or_default();
+    let req = Request {
+        prompt: &prompt,
+        part: &part,
+        part_attempt: parts.tree.nodes[idx].next_attempt(),
+        timeout: part.timeout(task.task().timeout),
+    };
+    let current = Current { idx, part: part.clone(), attempt: task.facts().attempts + 1, before };
+    parts.tree.current = Some(idx);
+    let started = Instant::now();
+    let step = attempt(task, &req);
+    parts.tree.nodes[idx].report.duration_ms += started.elapsed().as_millis() as u64;
+    match step? {
+        Step::Again => Ok(()),
+        Step::Oversized(o) => split_part(task, parts, &current, o),
+        Step::Ran(ran) => part_ran(task, parts, current, ran),
     }
+}
 
-    /// The task's prompt for one part: its own context files, the `# Part`
-    /// section, and the feedback for it (or for the whole task).
-    fn part_prompt(&self, parts: &Parts<'_>, part: &Part, summaries: &[(String, String)]) -> String {
-        let t = self.t;
-        let context = split::context_for(part, t, parts.files);
-        let prompt = split::with_section(
-            &self.runner.plan.render_prompt_with(t, summaries, &context),
-            &split::section(part, self.name, t.task.kind, parts.pos, &parts.tree.leaves()),
-        );
-        with_feedback(&prompt, parts.feedback.as_deref().or(self.feedback.as_deref()))
-    }
+/// The task's prompt for one part: its own context files, the `# Part`
+/// section, and the feedback for it (or for the whole task).
+fn part_prompt(task: &TaskContext<'_>, parts: &Parts<'_>, part: &Part, summaries: &[(String, String)]) -> String {
+    let t = task.task();
+    let context = split::context_for(part, t, parts.files);
+    let prompt = split::with_section(
+        &task.runner().plan.render_prompt_with(t, summaries, &context),
+        &split::section(part, task.name(), t.task.kind, parts.pos, &parts.tree.leaves()),
+    );
+    with_feedback(&prompt, parts.feedback.as_deref().or(task.feedback()))
+}
 
-    /// A part killed or timed out: smaller parts (or the same with more
-    /// time) replace it, or, after the last round, the task is blocked.
-    fn split_part(&mut self, parts: &mut Parts<'_>, current: &Current, o: Oversized) -> Result<(), Failure> {
-        let part = &current.part;
-        if !parts.oversized(current.idx, &o) {
-            return Err(Failure::blocked(format!(
-                "split {} times; agent still {} on {} after {}",
-                split::MAX_ROUNDS,
-                o.what,
-                part.describe(),
-                cassist_core::text::duration(o.elapsed)
-            ))
-            .with_tail(o.tail)
-            .keeping_workspace());
-        }
-        let children = crate::split::children(part, parts.files, self.t.task.kind);
-        let n = children.len();
-        let next = children[0].timeout(self.t.timeout);
-        parts.tree.split(parts.pos, children, self.name, self.t.timeout);
-        parts.feedback = None;
-        self.phase(
-            "split",
-            current.attempt,
-            format!(
-                "{} {} ({}): {n} part(s), round {} of {}, timeout {}",
-                part.describe(),
-                o.what,
-                o.detail,
-                part.round + 1,
-                split::MAX_ROUNDS,
-                cassist_core::text::duration(next)
-            ),
-        );
-        Ok(())
+/// A part killed or timed out: smaller parts (or the same with more time)
+/// replace it, or, after the last round, the task is blocked.
+fn split_part(task: &TaskContext<'_>, parts: &mut Parts<'_>, current: &Current, o: Oversized) -> Result<(), Failure> {
+    let part = &current.part;
+    if !parts.oversized(current.idx, &o) {
+        return Err(Failure::blocked(format!(
+            "split {} times; agent still {} on {} after {}",
+            split::MAX_ROUNDS,
+            o.what,
+            part.describe(),
+            cassist_core::text::duration(o.elapsed)
+        ))
+        .with_tail(o.tail)
+        .keeping_workspace());
     }
+    let t = task.task();
+    let children = crate::split::children(part, parts.files, t.task.kind);
+    let n = children.len();
+    let next = children[0].timeout(t.timeout);
+    parts.tree.split(parts.pos, children, task.name(), t.timeout);
+    parts.feedback = None;
+    task.phase(
+        "split",
+        current.attempt,
+        format!(
+            "{} {} ({}): {n} part(s), round {} of {}, timeout {}",
+            part.describe(),
+            o.what,
+            o.detail,
+            part.round + 1,
+            split::MAX_ROUNDS,
+            cassist_core::text::duration(next)
+        ),
+    );
+    Ok(())
+}
 
-    /// A part's agent ran to its end: judged; it passes, goes again with
-    /// feedback, or, in the last iteration, fails the task.
-    fn part_ran(&mut self, parts: &mut Parts<'_>, current: Current, ran: Ran) -> Result<(), Failure> {
-        parts.ran(current.idx, ran.summary.clone(), ran.cost_usd);
-        let (changes, problem) = match self.judge(current.attempt, &ran)? {
-            Judged::Fine(changes) => (Some(changes), None),
-            Judged::Problem { reason, feedback, changes } => (changes, Some((reason, feedback))),
-        };
-        if let Some(c) = &changes {
-            parts.changed(current.idx, &current.before, &fingerprint(c));
-        }
-        let Some((reason, feedback)) = problem else {
-            parts.passed(current.idx);
-            return Ok(());
-        };
-        parts.failed(current.idx, &reason);
-        let name = current.part.name(self.name);
-        self.next_iteration(|| Failure::failed(format!("{name}: {reason}")).with_tail(ran.finished.tail))?;
-        parts.feedback = Some(feedback);
-        Ok(())
+/// A part's agent ran to its end: judged; it passes, goes again with
+/// feedback, or, in the last iteration, fails the task.
+fn part_ran(task: &mut TaskContext<'_>, parts: &mut Parts<'_>, current: Current, ran: Ran) -> Result<(), Failure> {
+    parts.ran(current.idx, ran.summary.clone(), ran.cost_usd);
+    let (changes, problem) = match judge(task, current.attempt, &ran)? {
+        Judged::Fine(changes) => (Some(changes), None),
+        Judged::Problem { reason, feedback, changes } => (changes, Some((reason, feedback))),
+    };
+    if let Some(c) = &changes {
+        parts.changed(current.idx, &current.before, &fingerprint(c));
     }
+    let Some((reason, feedback)) = problem else {
+        parts.passed(current.idx);
+        return Ok(());
+    };
+    parts.failed(current.idx, &reason);
+    let name = current.part.name(task.name());
+    task.next_iteration(|| Failure::failed(format!("{name}: {reason}")).with_tail(ran.finished.tail))?;
+    parts.feedback = Some(feedback);
+    Ok(())
 }
 
 impl<'f> Parts<'f> {
