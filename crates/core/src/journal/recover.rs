@@ -159,9 +159,9 @@ pub fn recover(root: &Path) -> Option<Recovered> {
                 }
                 Outcome::Completed
             }
-            Err((_, e)) => {
+            Err((i, e)) => {
                 // Cannot go forward (a full disk, say): back, then.
-                problems.push(format!("rolling forward failed ({e})"));
+                problems.push(format!("rolling forward failed ({}: {e})", journal.steps[i].path));
                 problems.extend(backward(root, &store, &journal.steps, &journal.made, RECOVER));
                 Outcome::RolledBack
             }

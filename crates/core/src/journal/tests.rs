@@ -405,3 +405,19 @@ fn errors_say_which_path_and_why() {
     let e = small_change(root).apply(Vec::new()).unwrap_err();
     assert!(matches!(e, JournalError::Unfinished), "{e:?}");
 }
+
+#[test]
+fn a_recovery_that_cannot_go_forward_goes_back_and_says_where_it_stopped() {
+    let dir = project();
+    let root = dir.path();
+    let before = tree(root);
+    killed_after(root, true, 0);
+    // A file where the change makes a folder: `new/deep/file.txt` cannot
+    // be written.
+    write(root, "new", "in the way\n");
+    let r = recover(root).unwrap();
+    assert_eq!(r.outcome, Outcome::RolledBack, "{r}");
+    assert!(r.problems[0].starts_with("rolling forward failed (new/deep/file.txt: "), "{r}");
+    std::fs::remove_file(root.join("new")).unwrap();
+    assert_eq!(tree(root), before);
+}
