@@ -206,8 +206,6 @@ impl Review {
 }
 
 /// Reviews `changes` against the task described by `input`.
-
-/// Reviews `changes` against the task described by `input`.
 pub fn review(changes: &ChangeSet, input: &ReviewInput) -> Review {
     let mut findings = never_lands::check(changes, input);
     // A path already rejected as cassist's own is not also out of scope.

@@ -49,7 +49,7 @@
 //! ([`Workspace::create_over`]); [`Workspace`] does what is the same in
 //! both. Beside them: `probe` decides the mode a machine supports,
 //! `wrapper` finds the program that runs the sandbox wrapper, `layers`
-//! makes integration layers, `integrate` writes a change into the user's
+//! makes integration layers, `integration` writes a change into the user's
 //! tree, `cleanup` removes workspaces (stale, kept, in the background),
 //! `lowers` reads a stack of layers as overlayfs merges them, `ignored`
 //! applies `.gitignore` and `tree` copies files.
@@ -57,7 +57,7 @@
 mod cleanup;
 mod copy;
 mod ignored;
-mod integrate;
+mod integration;
 mod layers;
 mod lowers;
 mod overlay;
@@ -80,7 +80,7 @@ use cassist_sandbox::process;
 use cassist_sandbox::sandbox::{ExecSpec, Jail, Overlay};
 
 pub use cleanup::{finish_removals, remove_kept, remove_stale, remove_stale_in_background, remove_tree};
-pub use integrate::{IntegrateError, Integrated, conflicts, integrate, never_written, start_stamp};
+pub use integration::{IntegrateError, Integrated, conflicts, integrate, never_written, start_stamp};
 pub use layers::{IntegrationLayer, fold, layers_home, remove_layers};
 pub use probe::{detect_mode, forget_probe};
 pub use wrapper::wrapper_program;

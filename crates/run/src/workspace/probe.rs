@@ -28,7 +28,7 @@ enum ProbeError {
 /// filesystems are tried, private `/tmp` and `/dev`, hidden and kept
 /// folders), through the cassist binary `exe`. A probe that worked is
 /// remembered in `.cassist/cache/sandbox-probe` while nothing it depends
-/// on changes ([`probe_key`]): it costs a process and a dozen mounts, more
+/// on changes (`probe_key`): it costs a process and a dozen mounts, more
 /// than the rest of a run's set-up. `CASSIST_WORKSPACE=copy` forces the
 /// copy mode. The second value says why overlay is not used.
 pub fn detect_mode(exe: &Path, root: &Path, parent: &Path) -> (Mode, Option<String>) {
@@ -84,7 +84,7 @@ fn probe_cache(root: &Path) -> PathBuf {
 }
 
 /// Forgets a probe that worked: a command's sandbox could not be set up
-/// after all (the machine changed in a way [`probe_key`] does not see).
+/// after all (the machine changed in a way `probe_key` does not see).
 pub fn forget_probe(root: &Path) {
     let _ = std::fs::remove_file(probe_cache(root));
 }
