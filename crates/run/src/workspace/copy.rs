@@ -13,7 +13,7 @@ use super::ignored::{IgnoreCheck, Literals};
 use super::layers::apply_layer;
 use super::lowers::Lowers;
 use super::tree::{copy_entry, copy_project, copy_tree, plain_path};
-use super::{Backing, Error, IntegrationLayer, Layer, Site, insert_change};
+use super::{Backing, Error, IntegrationLayer, Layer, Scan, Site, insert_change};
 use crate::entry::{self, Kind, Reader};
 use cassist_core::changes::Change;
 use cassist_core::paths::{is_reserved_name, project_files, workspace_walker};
@@ -224,13 +224,8 @@ impl Backing for CopyBacking {
     /// and `.cassist/` folders included) whose type, mode or content is not
     /// what was copied, and what was copied and is gone; the ignored
     /// entries the agent wrote are those setup did not leave.
-    fn changes(
-        &self,
-        reader: &mut Reader,
-        ignore: &IgnoreCheck,
-        literals: &Literals,
-        out: &mut BTreeMap<String, Change>,
-    ) -> Result<Vec<String>, Error> {
+    fn changes(&self, scan: &mut Scan<'_>) -> Result<Vec<String>, Error> {
+        let Scan { reader, ignore, literals, found: out } = scan;
         let mut seen = HashSet::new();
         for e in workspace_walker(&self.dir) {
             if e.file_type().is_none_or(|t| t.is_dir()) {

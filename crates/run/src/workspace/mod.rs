@@ -221,21 +221,27 @@ trait Backing: Send + Sync {
     /// the agent left them: the workspace's own first, the project last.
     fn gitignore_layers(&self) -> Vec<PathBuf>;
 
-    /// Puts every change the agent made into `out` (by path), read with
-    /// `reader`; returns the ignored entries it wrote (a folder ending
-    /// with `/`), which are not part of the change.
-    fn changes(
-        &self,
-        reader: &mut Reader,
-        ignore: &IgnoreCheck,
-        literals: &Literals,
-        out: &mut BTreeMap<String, Change>,
-    ) -> Result<Vec<String>, Error>;
+    /// Puts every change the agent made into the scan's `found`; returns
+    /// the ignored entries it wrote (a folder ending with `/`), which are
+    /// not part of the change.
+    fn changes(&self, scan: &mut Scan<'_>) -> Result<Vec<String>, Error>;
 
     /// Writes the task's view with its change into the new folder `tree`
     /// (see [`Workspace::keep`]), without what cassist `placed`; commands
     /// run there from now on.
     fn keep(&mut self, tree: &Path, placed: &[String]) -> Result<(), Error>;
+}
+
+/// What reading a workspace's change set works with ([`Backing::changes`]).
+struct Scan<'a> {
+    /// Reads each entry within the limits.
+    reader: Reader,
+    /// `.gitignore` as the agent left it.
+    ignore: IgnoreCheck,
+    /// The files the scope names literally.
+    literals: &'a Literals,
+    /// The changes found, by path.
+    found: BTreeMap<String, Change>,
 }
 
 /// Where a kept workspace's tree is.
@@ -454,11 +460,15 @@ impl Workspace {
     /// files, names that are not UTF-8, files over the limits (unread),
     /// changes below `.git/` and `.cassist/`.
     pub fn changes(&mut self) -> Result<ChangeSet, Error> {
-        let mut raw: BTreeMap<String, Change> = BTreeMap::new();
-        // .gitignore files as the agent left them: the workspace's first.
-        let ignore = IgnoreCheck::new(&self.root, self.backing.gitignore_layers());
-        let mut reader = Reader::new(self.limits);
-        let mut ignored = self.backing.changes(&mut reader, &ignore, &self.literals, &mut raw)?;
+        let mut scan = Scan {
+            reader: Reader::new(self.limits),
+            // .gitignore files as the agent left them: the workspace's first.
+            ignore: IgnoreCheck::new(&self.root, self.backing.gitignore_layers()),
+            literals: &self.literals,
+            found: BTreeMap::new(),
+        };
+        let mut ignored = self.backing.changes(&mut scan)?;
+        let Scan { ignore, found: mut raw, .. } = scan;
         raw.retain(|path, c| {
             let rel = raw_path(c);
             !self.placed.contains(path) && (self.literals.names(&rel) || !ignore.ignored(&rel, false))

@@ -3,7 +3,6 @@
 //! namespaces; the agent's layer, against what the layers below show, is
 //! the change.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -11,8 +10,8 @@ use super::cleanup::remove_tree;
 use super::ignored::{IgnoreCheck, Literals};
 use super::lowers::{Lowers, is_opaque};
 use super::tree::{copy_entry, writes_below};
-use super::{Backing, Error, IntegrationLayer, Layer, Site, insert_change};
-use crate::entry::{self, Kind, Reader};
+use super::{Backing, Error, IntegrationLayer, Layer, Scan, Site, insert_change};
+use crate::entry::{self, Kind};
 use cassist_core::changes::Change;
 use cassist_core::paths::is_reserved_name;
 use cassist_sandbox::sandbox::Overlay;
@@ -169,13 +168,8 @@ impl Backing for OverlayBacking {
     /// The agent's layer against what the lowers show (see [`Lowers`]):
     /// every entry of the agent's layer is new, changed, a copy-up of an
     /// unchanged file, or a whiteout.
-    fn changes(
-        &self,
-        reader: &mut Reader,
-        ignore: &IgnoreCheck,
-        literals: &Literals,
-        out: &mut BTreeMap<String, Change>,
-    ) -> Result<Vec<String>, Error> {
+    fn changes(&self, scan: &mut Scan<'_>) -> Result<Vec<String>, Error> {
+        let Scan { reader, ignore, literals, found: out } = scan;
         let mut ignored = Vec::new();
         let upper = self.layer(Layer::Agent);
         let lower_dirs = self.lowers(Layer::Agent, &[]);
