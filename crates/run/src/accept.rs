@@ -1,7 +1,8 @@
-//! Acceptance results (SPEC 3.6): test counts parsed from the output of
-//! the common test runners, and the feedback an agent is given when an
-//! acceptance command fails (SPEC 3.7). Pure logic; running the commands
-//! is the executor's job.
+//! Acceptance results: test counts parsed from the output of the common
+//! test runners (cargo test, pytest, jest, vitest, go test and more), and
+//! the feedback an agent is given when an acceptance command fails: the
+//! command, its status and the end of its output, in the next attempt's
+//! prompt. Pure logic; running the commands is the executor's job.
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
@@ -10,10 +11,11 @@ use std::time::Duration;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-/// Default timeout of an acceptance command (SPEC 3.6).
+/// Timeout of an acceptance command that sets none: ten minutes.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Most bytes of a failing command's output given back to the agent (SPEC 3.7).
+/// Most bytes of a failing command's output given back to the agent:
+/// about 4 KB, which keeps the next prompt short.
 pub const FEEDBACK_LIMIT: usize = 4096;
 
 /// Test counts of one command's output.

@@ -19,6 +19,23 @@ use std::path::{Path, PathBuf};
 use cassist_core::changes::{Change, ChangeKind, Hazard, Special, escape_bytes};
 use cassist_core::limits::Limits;
 
+/// Why an entry could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file system refused (the entry is gone, unreadable...).
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    /// What stands at the path is no longer the regular file its lstat
+    /// showed (a symlink or a fifo was put in its place since): never
+    /// followed, never opened for reading.
+    #[error("{} is not a regular file", .0.display())]
+    NotAFile(PathBuf),
+    /// A folder was given where a change's entry must be a file, a
+    /// symlink or a special file.
+    #[error("{} is a folder", .0.display())]
+    Folder(PathBuf),
+}
+
 /// What an entry is, from its lstat alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -72,20 +89,20 @@ pub fn raw_path(c: &Change) -> PathBuf {
 
 /// Opens a regular file for reading without following a symlink or
 /// blocking on a fifo put in its place, and checks it is still a file.
-fn open_file(path: &Path) -> io::Result<File> {
+fn open_file(path: &Path) -> Result<File, Error> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)?;
     if !f.metadata()?.is_file() {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} is not a regular file", path.display())));
+        return Err(Error::NotAFile(path.to_path_buf()));
     }
     Ok(f)
 }
 
 /// At most `cap` bytes of a regular file, or `Err(size)` when it holds
 /// more (it may have grown since its lstat).
-fn read_capped(path: &Path, cap: u64) -> io::Result<Result<Vec<u8>, u64>> {
+fn read_capped(path: &Path, cap: u64) -> Result<Result<Vec<u8>, u64>, Error> {
     let f = open_file(path)?;
     let mut bytes = Vec::new();
     f.take(cap + 1).read_to_end(&mut bytes)?;
@@ -100,14 +117,14 @@ fn link_target(path: &Path) -> io::Result<Vec<u8>> {
 /// Whether two files or two symlinks (lstat `am`, `bm`) hold the same
 /// bytes and the same permission bits (special bits included): file
 /// contents compared as streams, never held whole.
-pub fn same_entry(a: &Path, am: &Metadata, b: &Path, bm: &Metadata) -> io::Result<bool> {
+pub fn same_entry(a: &Path, am: &Metadata, b: &Path, bm: &Metadata) -> Result<bool, Error> {
     if kind(am) != kind(bm) || am.mode() & 0o7777 != bm.mode() & 0o7777 {
         return Ok(false);
     }
     match kind(am) {
         Kind::Symlink => Ok(link_target(a)? == link_target(b)?),
         Kind::File if am.len() != bm.len() => Ok(false),
-        Kind::File => same_contents(&mut open_file(a)?, &mut open_file(b)?),
+        Kind::File => Ok(same_contents(&mut open_file(a)?, &mut open_file(b)?)?),
         _ => Ok(false),
     }
 }
@@ -143,7 +160,7 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> io::Result<usize> {
 
 /// blake3 of a file's bytes or a symlink's target, streamed; `None` for
 /// anything else.
-pub fn hash_entry(path: &Path, meta: &Metadata) -> io::Result<Option<[u8; 32]>> {
+pub fn hash_entry(path: &Path, meta: &Metadata) -> Result<Option<[u8; 32]>, Error> {
     match kind(meta) {
         Kind::Symlink => Ok(Some(*blake3::hash(&link_target(path)?).as_bytes())),
         Kind::File => {
@@ -180,16 +197,14 @@ impl Reader {
         path: &Path,
         meta: &Metadata,
         old: Option<(&Path, &Metadata)>,
-    ) -> io::Result<Change> {
+    ) -> Result<Change, Error> {
         let (name, raw) = name(rel);
         let kind = if old.is_some() { ChangeKind::Modified } else { ChangeKind::Added };
         let mut change = Change { path: name, kind, old: None, new: None, mode: meta.mode(), hazard: None };
         change.hazard = match (raw, self::kind(meta)) {
             (Some(raw), _) => Some(Hazard::NonUtf8Name(raw)),
             (None, Kind::Special(s)) => Some(Hazard::Special(s)),
-            (None, Kind::Dir) => {
-                return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is a folder", path.display())));
-            }
+            (None, Kind::Dir) => return Err(Error::Folder(path.to_path_buf())),
             (None, Kind::File | Kind::Symlink) => match self.read(path, meta)? {
                 Ok(bytes) => {
                     change.new = Some(bytes);
@@ -207,7 +222,7 @@ impl Reader {
     /// A file's bytes or a symlink's target, or `Err(size)` when reading
     /// it would pass a limit. A file within `file-size` counts against
     /// `change-size` either way.
-    fn read(&mut self, path: &Path, meta: &Metadata) -> io::Result<Result<Vec<u8>, u64>> {
+    fn read(&mut self, path: &Path, meta: &Metadata) -> Result<Result<Vec<u8>, u64>, Error> {
         if meta.file_type().is_symlink() {
             let target = link_target(path)?;
             self.used += target.len() as u64;

@@ -1,5 +1,6 @@
-//! Recovery of oversized tasks (SPEC 3.8): a task whose agent was killed or
-//! timed out is split into smaller parts instead of being retried as is.
+//! Recovery of oversized tasks: a task whose agent was killed (SIGKILL,
+//! exit status 137, an out-of-memory kill) or timed out is split into
+//! smaller parts instead of being retried as is.
 //!
 //! Round 1 gives one part per file ("one file per prompt"): the files of
 //! the scope, or without a scope the context files. Where that is not

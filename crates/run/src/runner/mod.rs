@@ -348,7 +348,7 @@ impl Runner {
         let name = t.task.name.as_str();
         self.phase(name, "workspace", 0, self.mode.as_str());
         let _no_integration = self.integration.read().unwrap_or_else(|e| e.into_inner());
-        let cannot = |e: std::io::Error| Failure::failed(format!("cannot create the workspace: {e}"));
+        let cannot = |e: crate::workspace::Error| Failure::failed(format!("cannot create the workspace: {e}"));
         // What passed and is not in the tree yet is in its view; nothing
         // that lands later is.
         let (stack, view) = self.view();

@@ -1,0 +1,195 @@
+//! Removing workspaces: a task's own when it ends (at once, or on a
+//! background thread), those a killed cassist left ([`remove_stale`]),
+//! those kept for the user ([`remove_kept`]); and the marks that tell them
+//! apart (whose a workspace is, whether it is kept).
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use super::Error;
+use super::layers::LAYERS;
+
+/// The file of a workspace folder that names the cassist process it is
+/// for.
+const OWNER: &str = "owner.pid";
+/// The marker of a kept workspace ([`KeptMarker`]).
+const KEPT: &str = "kept";
+
+/// What a kept workspace's marker says: whose task it was.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptMarker {
+    task: String,
+    root: PathBuf,
+}
+
+/// Marks the workspace folder `base` as this process's: once the process
+/// is gone, [`remove_stale`] removes it.
+pub(super) fn mark_owner(base: &Path) -> std::io::Result<()> {
+    std::fs::write(base.join(OWNER), std::process::id().to_string())
+}
+
+/// Marks the workspace folder `base` as kept for the user, the task
+/// `task`'s of the project at `root`: [`remove_stale`] leaves it,
+/// [`remove_kept`] removes it.
+pub(super) fn mark_kept(base: &Path, task: &str, root: &Path) -> Result<(), Error> {
+    let marker = KeptMarker { task: task.to_owned(), root: root.to_path_buf() };
+    std::fs::write(base.join(KEPT), serde_json::to_vec(&marker)?)?;
+    Ok(())
+}
+
+/// What the background thread removes: a workspace folder, or every
+/// stale one under a parent ([`remove_stale`]).
+enum Removal {
+    Workspace(PathBuf),
+    Stale(PathBuf),
+}
+
+/// The thread that removes workspaces in the background, and what to send
+/// it.
+type Remover = (std::sync::mpsc::Sender<Removal>, std::thread::JoinHandle<()>);
+static REMOVER: std::sync::Mutex<Option<Remover>> = std::sync::Mutex::new(None);
+
+/// Removes the workspace folder `base` on the background thread (started
+/// if need be); its `owner.pid` goes last, so a cassist killed meanwhile
+/// leaves a folder [`remove_stale`] recognizes.
+pub(super) fn remove_later(base: PathBuf) {
+    in_background(Removal::Workspace(base));
+}
+
+/// [`remove_stale`] on the background thread: the folders that killed runs
+/// left (of any project of the user's) need not hold up this run's start;
+/// cassist waits for them before it exits ([`finish_removals`]).
+pub fn remove_stale_in_background(parent: &Path) {
+    in_background(Removal::Stale(parent.to_path_buf()));
+}
+
+fn in_background(job: Removal) {
+    let remove = |job: Removal| match job {
+        Removal::Workspace(base) => {
+            for e in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+                if e.file_name() != OWNER {
+                    match e.file_type() {
+                        Ok(t) if t.is_dir() => remove_tree(&e.path()),
+                        _ => {
+                            let _ = std::fs::remove_file(e.path());
+                        }
+                    }
+                }
+            }
+            remove_tree(&base);
+        }
+        Removal::Stale(parent) => {
+            remove_stale(&parent);
+        }
+    };
+    let mut remover = REMOVER.lock().unwrap_or_else(|e| e.into_inner());
+    if remover.is_none() {
+        let (tx, rx) = std::sync::mpsc::channel::<Removal>();
+        let spawned = std::thread::Builder::new().name("cassist-remove".into()).spawn(move || {
+            for job in rx {
+                remove(job);
+            }
+        });
+        if let Ok(handle) = spawned {
+            *remover = Some((tx, handle));
+        }
+    }
+    let unsent = match remover.as_ref() {
+        Some((tx, _)) => tx.send(job).err().map(|e| e.0),
+        None => Some(job),
+    };
+    if let Some(job) = unsent {
+        remove(job);
+    }
+}
+
+/// Waits until every workspace given to [`Workspace::remove_in_background`](super::Workspace::remove_in_background)
+/// (and every sweep of [`remove_stale_in_background`]) is removed (before
+/// cassist exits).
+pub fn finish_removals() {
+    let remover = REMOVER.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some((tx, handle)) = remover {
+        drop(tx);
+        let _ = handle.join();
+    }
+}
+
+/// Removes the workspaces under `parent` whose cassist process is gone (a
+/// run killed with SIGKILL cannot clean up after itself), and such a
+/// process's integration layers, but the kept workspaces
+/// ([`Workspace::keep`](super::Workspace::keep)). Returns how many.
+pub fn remove_stale(parent: &Path) -> usize {
+    let mut removed = 0;
+    let Ok(rd) = std::fs::read_dir(parent) else { return 0 };
+    for e in rd.flatten() {
+        let dir = e.path();
+        if dir.join(KEPT).exists() {
+            continue;
+        }
+        let layers_of = e.file_name().to_str().and_then(|n| n.strip_prefix(LAYERS)).and_then(|p| p.parse::<i32>().ok());
+        let owner = || std::fs::read_to_string(dir.join(OWNER)).ok().and_then(|s| s.trim().parse::<i32>().ok());
+        let Some(pid) = layers_of.or_else(owner) else {
+            continue;
+        };
+        let alive = cassist_core::fsx::cassist_alive(pid);
+        if !alive {
+            remove_tree(&dir);
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Removes the workspaces under `parent` kept for a task of the project
+/// at `root` ([`Workspace::keep`](super::Workspace::keep); the caller holds the project's lock,
+/// so no run of it is keeping one now). Returns how many, and the bytes
+/// they held.
+pub fn remove_kept(parent: &Path, root: &Path) -> (usize, u64) {
+    let (mut removed, mut bytes) = (0, 0);
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let Ok(rd) = std::fs::read_dir(parent) else { return (0, 0) };
+    for e in rd.flatten() {
+        let dir = e.path();
+        let Some(marker) =
+            std::fs::read(dir.join(KEPT)).ok().and_then(|bytes| serde_json::from_slice::<KeptMarker>(&bytes).ok())
+        else {
+            continue;
+        };
+        if marker.root != root {
+            continue;
+        }
+        let size: u64 = walkdir::WalkDir::new(&dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.blocks() * 512)
+            .sum();
+        remove_tree(&dir);
+        if !dir.exists() {
+            removed += 1;
+            bytes += size;
+        }
+    }
+    (removed, bytes)
+}
+
+/// Removes a folder tree, including the kernel's unreadable overlay work
+/// folders (mode 000, nested in a volatile overlay's: `work/incompat/
+/// volatile`).
+pub fn remove_tree(path: &Path) {
+    if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
+        return;
+    }
+    // Each folder is opened up before it is read (a walker reads a
+    // folder before it yields it); no link is followed.
+    let mut dirs = vec![path.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(path);
+}
