@@ -12,7 +12,8 @@
 # Layout: $DIR/<slot>/ is the npm prefix, $DIR/<slot>/bin/<cmd> a symlink to
 # the CLI's executable, $DIR/<slot>/.installed marks a finished install.
 # Only the npm registry is contacted (npm's fund/audit/update checks are off).
-# Progress goes to stderr; stdout carries only the result lines.
+# Progress goes to stderr; stdout carries only the result lines. What the
+# installers share is in .ci/lib.sh.
 set -euo pipefail
 
 # ---------------------------------------------------------------------------
@@ -32,86 +33,36 @@ AGENTS=(
 )
 # ---------------------------------------------------------------------------
 
+NAME=install-agents WHAT=CLI ITEMS=("${AGENTS[@]}")
 DIR="${CASSIST_AGENTS_DIR:-$HOME/.cache/cassist-agents}"
-mode=lines
-want=()
-for a in "$@"; do
-  case "$a" in
-    --path) mode=path ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
-    *) want+=("$a") ;;
-  esac
-done
+# shellcheck source=.ci/lib.sh
+. "$(dirname "$0")/lib.sh"
+export npm_config_loglevel=warn
 
-export npm_config_fund=false npm_config_audit=false \
-       npm_config_update_notifier=false npm_config_loglevel=warn \
-       DISABLE_TELEMETRY=1 DO_NOT_TRACK=1
-
-log() { echo "install-agents: $*" >&2; }
-
-for w in "${want[@]}"; do
-  printf '%s\n' "${AGENTS[@]}" | awk '{print $1}' | grep -qx -- "$w" \
-    || { log "unknown CLI: $w (known: $(printf '%s\n' "${AGENTS[@]}" | awk '{print $1}' | xargs))"; exit 2; }
-done
-
-mkdir -p "$DIR"
-# One installer at a time (tests may start several); leftovers of an
-# interrupted install are removed under the lock.
-if command -v flock >/dev/null; then
-  exec 9>"$DIR/.lock"
-  flock 9
-fi
-rm -rf "$DIR"/.tmp-* 2>/dev/null || true
-paths=()
-for line in "${AGENTS[@]}"; do
-  read -r cmd slot spec exe post <<<"$line"
-  if ((${#want[@]})); then
-    skip=1
-    for w in "${want[@]}"; do [[ "$w" == "$cmd" ]] && skip=0; done
-    ((skip)) && continue
+# fetch TMP SPEC EXE [POST]: npm's install, then the postinstall script.
+fetch() {
+  local tmp="$1" post="${4:-}"
+  spec="$2" exe="$3"
+  log "installing $spec into $prefix"
+  if ! npm_install "$tmp" "$spec"; then
+    log "FAILED: npm install $spec"
+    return 1
   fi
-  prefix="$DIR/$slot"
-  if [[ ! -f "$prefix/.installed" ]]; then
-    log "installing $spec into $prefix"
-    tmp="$DIR/.tmp-$slot"
-    rm -rf "$tmp"
-    mkdir -p "$tmp"
-    start=$SECONDS
-    # npm writes absolute paths only into node_modules/.bin links, which we do
-    # not use, so installing in a temp folder and renaming it is safe.
-    if ! nice -n 10 npm install --prefix "$tmp" --no-fund --no-audit \
-         --no-update-notifier --no-save --no-package-lock "$spec" >&2; then
-      rm -rf "$tmp"
-      log "FAILED: npm install $spec"
-      exit 1
-    fi
-    if [[ -n "${post:-}" ]] && ! (cd "$tmp" && node "$post" >&2); then
-      rm -rf "$tmp"
-      log "FAILED: node $post"
-      exit 1
-    fi
-    chmod +x "$tmp/$exe" 2>/dev/null || true
-    # The CLI must start (in a throwaway HOME, so it leaves no state behind).
-    vhome="$(mktemp -d)"
-    if ! version="$(HOME="$vhome" timeout 60 "$tmp/$exe" --version </dev/null 2>&1)"; then
-      rm -rf "$tmp" "$vhome"
-      log "FAILED: $exe --version: $version"
-      exit 1
-    fi
-    rm -rf "$vhome"
-    mkdir -p "$tmp/bin"
-    ln -sfn "../$exe" "$tmp/bin/$cmd"
-    echo "$spec" >"$tmp/.installed"
-    rm -rf "$prefix"
-    mv "$tmp" "$prefix"
-    log "installed $spec ($version) in $((SECONDS - start))s ($(du -sh "$prefix" | cut -f1))"
+  if [[ -n "$post" ]] && ! (cd "$tmp" && node "$post" >&2); then
+    log "FAILED: node $post"
+    return 1
   fi
-  if [[ $mode == lines ]]; then
-    echo "$cmd=$prefix/bin"
-  else
-    paths+=("$prefix/bin")
-  fi
-done
-if [[ $mode == path ]]; then
-  (IFS=:; echo "${paths[*]}")
-fi
+}
+
+# prove TMP ...: the CLI must start (in a throwaway HOME, so it leaves no
+# state behind) and say its version.
+prove() {
+  local vhome ok=0
+  vhome="$(mktemp -d)"
+  proof="$(HOME="$vhome" timeout 60 "$1/$exe" --version 2>&1)" || ok=1
+  rm -rf "$vhome"
+  ((ok == 0)) || log "FAILED: $exe --version: $proof"
+  return "$ok"
+}
+
+install_main "$@"

@@ -393,10 +393,12 @@ fn fixes_the_failing_test(cli: Cli, script: Value, want: Parsed) {
     let p = calc(CASSIST_KDL, &fix_task(cli.name()));
     let head = p.git(&["rev-parse", "HEAD"]);
     let env = cli.configure(&server, p.home());
-    // cassist asks the CLI its version itself, outside any sandbox (as the
-    // user runs it), and remembers it: what that writes is not the agent's.
-    p.cassist(&["plan"]).path_first(&[&bin]).envs(&env).exec();
+    // cassist asks the CLI its version itself, outside any sandbox, and
+    // remembers it; what the CLI writes to say it goes to a HOME of the
+    // probe's own.
     let home = p.home_files();
+    p.cassist(&["plan"]).path_first(&[&bin]).envs(&env).exec();
+    assert_same_tree(&p.home_files(), &home, "asking the CLI its version wrote HOME");
     let done = run_cli(&p, &[&bin], &env);
     done.assert_code(0);
     // What the CLI wrote in its state folders went with the task: with

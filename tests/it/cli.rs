@@ -580,6 +580,33 @@ fn agents_shows_the_path_and_version_of_an_installed_cli() {
     assert!(!out.contains("2.1.197"), "{out}");
 }
 
+/// A CLI asked its version writes state of its own (in HOME, its XDG
+/// folders and TMPDIR, as Gemini CLI and Codex do): cassist runs the probe
+/// with a HOME and TMPDIR of its own, removed after it, so none of that
+/// reaches the user's folders.
+#[test]
+fn the_version_probe_writes_nothing_in_the_users_folders() {
+    let p = Test::new().file("cassist.kdl", AGENTS_CONFIG).build();
+    let bin = tempfile::tempdir().unwrap();
+    write_executable(
+        &bin.path().join("claude"),
+        "#!/bin/sh
+[ \"$1\" = --version ] || exit 1
+echo '2.1.197 (Claude Code)'
+\
+         mkdir -p \"$HOME/.claude\" \"${XDG_CACHE_HOME:-$HOME/.cache}\" && echo state > \"$HOME/.claude/state.json\"\n\
+         echo cache > \"${XDG_CACHE_HOME:-$HOME/.cache}/claude.tmp\"\n\
+         echo tmp > \"${TMPDIR:-/tmp}/claude-version.tmp\"\n",
+    );
+    let xdg = p.home().join("xdg-cache");
+    std::fs::create_dir_all(&xdg).unwrap();
+    let out = p.cassist(&["agents"]).env("PATH", bin.path()).env("XDG_CACHE_HOME", &xdg).exec().stdout;
+    assert!(agent_row(&out, "claude").trim_end().ends_with("2.1.197 (Claude Code)"), "{out}");
+    assert_eq!(p.home_files(), BTreeMap::new(), "the probe wrote HOME");
+    let left: Vec<_> = std::fs::read_dir(p.tmp()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(left.is_empty(), "the probe left in TMPDIR: {left:?}");
+}
+
 #[test]
 fn agents_reports_an_invalid_config() {
     let p = Test::new().file("cassist.kdl", "trust \"workspace-writ\"\n").build();

@@ -13,28 +13,30 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::support::{
-    Project, Sandbox, Test, assert_same_tree, fixtures, in_both_modes, processes_with, sandbox_or_skip, snapshot,
-    strings, unique_marker,
+    Project, Sandbox, Test, assert_same_tree, in_both_modes, processes_with, sandbox_or_skip, snapshot, strings,
+    unique_marker,
 };
 
-/// The probe (see its doc).
-fn probe() -> String {
-    fixtures().join("agents/jail-probe.py").display().to_string()
+/// The probe (see its doc), copied where the commands of `p`'s tasks see
+/// it.
+fn probe(p: &Project) -> String {
+    p.fixture_copy("agents/jail-probe.py").display().to_string()
 }
 
 /// `python3 PROBE ARGS` as a shell command (setup, acceptance, test,
-/// build), with `env` set for it (those commands get no pass-env).
-fn probe_cmd(env: &[(&str, &str)], args: &str) -> String {
+/// build) of `p`, with `env` set for it (those commands get no pass-env).
+fn probe_cmd(p: &Project, env: &[(&str, &str)], args: &str) -> String {
     let vars: String = env.iter().map(|(k, v)| format!("{k}={v:?} ")).collect();
-    format!("{vars}python3 {:?} {args}", probe())
+    format!("{vars}python3 {:?} {args}", probe(p))
 }
 
 /// The variables the probe agent is passed.
 const PROBE_ENV: &[&str] = &["PROBE_PID_FILE", "PROBE_MARKER", "PROBE_EDIT", "PROBE_OUT"];
 
 /// A trusted project (outside the temp folders, with `src/a.txt`) whose
-/// agent `probe` runs the probe with `agent_args`; `config` goes into
-/// `cassist.kdl` after the trust.
+/// agent `probe` runs the probe with `agent_args` (the agent's program
+/// stays visible wherever it is); `config` goes into `cassist.kdl` after
+/// the trust.
 fn project(config: &str, agent_args: &[&str], tasks: &str) -> Project {
     Test::new()
         .outside_tmp()
@@ -61,6 +63,15 @@ fn code_task(name: &str, acceptance: &[&str]) -> String {
 /// A read-only task.
 fn explore_task(name: &str) -> String {
     task(name, "    kind \"explore\"\n")
+}
+
+/// Adds `config` to `p`'s `cassist.kdl` after the trust, `tasks` as its
+/// tasks, and commits: for what names the probe's copy, which exists
+/// once the project does.
+fn configure(p: &Project, config: &str, tasks: &str) {
+    p.edit("cassist.kdl", "trust \"workspace-write\"\n", &format!("trust \"workspace-write\"\n{config}"));
+    p.file("tasks/t.kdl", tasks);
+    p.commit_all();
 }
 
 /// The probe's lines of `text`: probe → verdict (`ALLOWED ...`,
@@ -119,10 +130,10 @@ fn every_command_is_confined(env: &[(&str, &str)]) {
     if !available(env) {
         return;
     }
-    let cmd = probe_cmd(&[], SELF);
-    let config = format!("setup {cmd:?}\ntest {cmd:?}\nbuild {cmd:?}\n");
     let args: Vec<&str> = SELF.split(' ').collect();
-    let p = project(&config, &args, &code_task("t", &[&cmd]));
+    let p = project("", &args, "");
+    let cmd = probe_cmd(&p, &[], SELF);
+    configure(&p, &format!("setup {cmd:?}\ntest {cmd:?}\nbuild {cmd:?}\n"), &code_task("t", &[&cmd]));
     let done = p.run(&[]).env("PROBE_EDIT", "src/a.txt").envs(env).on_tty();
     assert_eq!(done.task("t")["state"], "passed", "{}", done.transcript());
     assert_eq!(p.read("src/a.txt"), "probed\n");
@@ -237,11 +248,12 @@ fn acceptance_cannot_get_out(env: &[(&str, &str)]) {
     if !available(env) {
         return;
     }
+    let p = project("test #false", &[], "");
     let attack = format!(
         "{}; umount -l \"$PWD\"; echo pwned > pwned.txt; echo pwned > src/pwned.txt; true",
-        probe_cmd(&[], "write-home umount mount")
+        probe_cmd(&p, &[], "write-home umount mount")
     );
-    let p = project("test #false", &[], &code_task("t", &[&attack]));
+    configure(&p, "", &code_task("t", &[&attack]));
     let before = p.tree();
     let done = p.run(&[]).env("PROBE_EDIT", "src/a.txt").envs(env).exec();
     let t = done.task("t");
@@ -297,16 +309,19 @@ fn cassists_own_folders_are_out_of_reach(env: &[(&str, &str)]) {
         format!("read {root}/.cassist/.gitignore write {root}/.cassist/planted write {root}/.git/hooks/pre-commit git");
     let build = format!(
         "{}; echo built > built.txt && cat built.txt",
-        probe_cmd(&[], &format!("write-home write {}", outside.display()))
+        probe_cmd(&p, &[], &format!("write-home write {}", outside.display()))
     );
     p.file(
         "cassist.kdl",
         format!(
             "trust \"workspace-write\"\ntest #false\nbuild {build:?}\n{}",
-            crate::support::sh_agent_block("probe", &format!("python3 {:?} {own} && echo probed > src/a.txt", probe()))
+            crate::support::sh_agent_block(
+                "probe",
+                &format!("python3 {:?} {own} && echo probed > src/a.txt", probe(&p))
+            )
         ),
     );
-    p.file("tasks/t.kdl", code_task("t", &[&probe_cmd(&[], &own)]));
+    p.file("tasks/t.kdl", code_task("t", &[&probe_cmd(&p, &[], &own)]));
     p.commit_all();
     let git_before = snapshot(&p.path().join(".git"), &[]);
     let done = p.run(&[]).envs(env).exec();
@@ -391,8 +406,9 @@ fn no_process_outlives_its_command(env: &[(&str, &str)]) {
         return;
     }
     let marker = unique_marker("daemon");
-    let daemon = probe_cmd(&[("PROBE_MARKER", &marker)], "daemon");
-    let p = project(&format!("test #false\nsetup {daemon:?}\n"), &["daemon"], &code_task("t", &[&daemon]));
+    let p = project("test #false", &["daemon"], "");
+    let daemon = probe_cmd(&p, &[("PROBE_MARKER", &marker)], "daemon");
+    configure(&p, &format!("setup {daemon:?}\n"), &code_task("t", &[&daemon]));
     let done = p.run(&[]).env("PROBE_MARKER", &marker).env("PROBE_EDIT", "src/a.txt").envs(env).exec();
     let left = processes_with(&marker);
     for (pid, _) in &left {
@@ -418,21 +434,20 @@ fn nothing_outlives_a_stopped_or_killed_run(env: &[(&str, &str)]) {
     }
     for stop in [None, Some(Signal::SIGINT), Some(Signal::SIGKILL)] {
         let marker = unique_marker("stopped");
+        let p = Test::trusted()
+            .tasks("task \"t\" {\n    goal \"Hang.\"\n    agent \"deaf\"\n    timeout \"1s\"\n}\n")
+            .file("src/a.txt", "a\n")
+            .build();
         // Deaf on the whole task only: the parts it is split into after
         // its timeout end at once.
         let agent = format!(
             "test -n \"$CASSIST_PART\" && exit 0; python3 {:?} daemon && touch \"$PROBE_OUT/started\" && exec python3 -c \
              'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)' \"$PROBE_MARKER\"",
-            probe()
+            probe(&p)
         );
-        let p = Test::trusted()
-            .kdl(
-                &crate::support::sh_agent_block("deaf", &agent)
-                    .replace("\n}\n", "\n    pass-env \"PROBE_OUT\" \"PROBE_MARKER\"\n}\n"),
-            )
-            .tasks("task \"t\" {\n    goal \"Hang.\"\n    agent \"deaf\"\n    timeout \"1s\"\n}\n")
-            .file("src/a.txt", "a\n")
-            .build();
+        let block = crate::support::sh_agent_block("deaf", &agent)
+            .replace("\n}\n", "\n    pass-env \"PROBE_OUT\" \"PROBE_MARKER\"\n}\n");
+        p.file("cassist.kdl", p.read("cassist.kdl") + &block);
         let out = p.out();
         let mut run = p.run(&[]).env("PROBE_OUT", &out).env("PROBE_MARKER", &marker).envs(env).any_status().spawn();
         run.wait_for_file(&out.join("started"));
@@ -472,9 +487,9 @@ fn tasks_share_nothing(env: &[(&str, &str)]) {
     let out = out.to_str().unwrap();
     let a = "tmp-write tell-io mark a-ready await b-done";
     let b = "await a-ready tmp-list read-told a write-told a tmp-write mark b-done";
-    let acceptance = probe_cmd(&[("PROBE_OUT", out)], "read-told a");
+    let acceptance = probe_cmd(&p, &[("PROBE_OUT", out)], "read-told a");
     let agent = |name: &str, args: &str| {
-        let argv: Vec<String> = [probe()].into_iter().chain(args.split(' ').map(str::to_owned)).collect();
+        let argv: Vec<String> = [probe(&p)].into_iter().chain(args.split(' ').map(str::to_owned)).collect();
         let argv: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
         format!("agent {name:?} {{\n    command {}\n    pass-env \"PROBE_OUT\" \"PROBE_EDIT\"\n}}\n", argv.join(" "))
     };
@@ -501,7 +516,7 @@ fn tasks_share_nothing(env: &[(&str, &str)]) {
     assert!(!Path::new("/tmp/probe-a").exists() && !Path::new("/tmp/probe-b").exists());
     assert_eq!(p.read("src/a.txt"), "probed\n");
     assert_eq!(p.read("src/b.txt"), "probed\n");
-    let planted: Vec<PathBuf> = crate::support::workspaces_in(Path::new("/tmp"));
+    let planted: Vec<PathBuf> = crate::support::workspaces_in(p.tmp());
     assert!(planted.iter().all(|w| !w.join("io/planted").exists()), "{planted:?}");
 }
 

@@ -1657,16 +1657,17 @@ mod tests {
 
     #[test]
     fn relative_program_in_a_relative_cwd_is_found_once() {
-        // The tests run in the crate's folder: a folder made there is
-        // named relative to it (wherever the target folder is).
+        // A folder below the current one (the tests run in the crate's
+        // folder), named by a path relative to it: one that goes down only,
+        // so a second join with `cwd` names no file.
         let dir = tempfile::Builder::new().prefix(".process-test-").tempdir_in(".").unwrap();
-        let rel = PathBuf::from(dir.path().file_name().unwrap());
+        let rel = Path::new(dir.path().file_name().unwrap());
         std::fs::write(dir.path().join("agent.sh"), "#!/bin/sh\necho ran\n").unwrap();
         std::fs::set_permissions(dir.path().join("agent.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut c = Command::new(["./agent.sh"], &rel);
+        let mut c = Command::new(["./agent.sh"], rel);
         c.env = base_env();
         assert_eq!(go(&c).tail, "ran\n");
-        let mut c = Command::new(["agent.sh"], &rel);
+        let mut c = Command::new(["agent.sh"], rel);
         c.env = vec![("PATH".into(), ".".into())];
         assert_eq!(go(&c).tail, "ran\n");
     }

@@ -90,6 +90,7 @@ fn claude_code_coordinates_sub_agents_through_cassist_mcp() {
         .current_dir(p.path())
         .env_clear()
         .env("HOME", p.home())
+        .env("TMPDIR", p.tmp())
         .env("PATH", std::env::join_paths([bin.as_path(), Path::new("/usr/bin"), Path::new("/bin")]).unwrap())
         .env("ANTHROPIC_BASE_URL", coordinator.url())
         .env("ANTHROPIC_API_KEY", "test-key")
@@ -184,8 +185,8 @@ fn snippet(readme: &str, name: &str) -> String {
     body[start..start + end].to_owned()
 }
 
-/// Runs a CLI's listing command in `p` with a HOME of its own and
-/// `cassist` on PATH; its stdout and stderr together.
+/// Runs a CLI's listing command in `p` with a HOME and TMPDIR of its own
+/// and `cassist` on PATH; its stdout and stderr together.
 fn listing(p: &Project, bin: &Path, argv: &[&str], env: &[(&str, &str)]) -> String {
     let cassist_dir = Path::new(CASSIST).parent().unwrap();
     let path = std::env::join_paths([bin, cassist_dir, Path::new("/usr/bin"), Path::new("/bin")]).unwrap();
@@ -194,6 +195,7 @@ fn listing(p: &Project, bin: &Path, argv: &[&str], env: &[(&str, &str)]) -> Stri
         .current_dir(p.path())
         .env_clear()
         .env("HOME", p.home())
+        .env("TMPDIR", p.tmp())
         .env("PATH", path)
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .envs(env.iter().copied())

@@ -3,12 +3,17 @@
 //! [`Test::build`] makes it a [`Project`] on disk, whose commands
 //! ([`Project::cassist`], [`Project::run`]) say what they expect.
 //!
-//! Every project has three folders of its own:
+//! Every project has folders of its own, all removed with it:
 //! - the project itself, under the temp folder ([`Test::new`]) or outside
 //!   the temp folders ([`Test::trusted`], [`Test::outside_tmp`]): agents may
 //!   write temp folders, so a project there would be writable to them;
 //! - `home`, outside the temp folders, the HOME of every command (agents
 //!   keep state there, and cassist prepares their state folders in it);
+//! - `tmp`, in the temp folder, the TMPDIR of every command: cassist makes
+//!   its workspaces there (those it keeps too), not in the machine's
+//!   `/tmp/cassist-<uid>` that every other run of the suite shares;
+//! - `fixtures`, outside the temp folders, the copies of the fixtures that
+//!   a task's commands run ([`Project::fixture_copy`]);
 //! - `out`, `home/.cache/cassist-test-out`, for what the agents and the
 //!   test leave there (logs, markers, scripts, the `--report-json` file).
 //!   Every command of a task has a private `/tmp` and may write nothing
@@ -140,7 +145,14 @@ impl Test {
         };
         let dir = tempfile::Builder::new().prefix("cassist-test-").tempdir_in(base).expect("project folder");
         let root = dir.path().canonicalize().unwrap();
-        let p = Project { root, _dir: dir, home: OnceLock::new(), tmp: OnceLock::new(), env: Vec::new() };
+        let p = Project {
+            root,
+            _dir: dir,
+            home: OnceLock::new(),
+            tmp: OnceLock::new(),
+            fixtures: OnceLock::new(),
+            env: Vec::new(),
+        };
         for rel in &self.fixtures {
             super::copy_tree(&fixtures().join(rel), p.path());
         }
@@ -193,6 +205,8 @@ pub struct Project {
     home: OnceLock<tempfile::TempDir>,
     /// Made on first use.
     tmp: OnceLock<tempfile::TempDir>,
+    /// Made on first use.
+    fixtures: OnceLock<tempfile::TempDir>,
     env: Vec<(String, String)>,
 }
 
@@ -221,9 +235,9 @@ impl Project {
         self.out().to_str().unwrap().to_owned()
     }
 
-    /// A folder of the test's own in the temp folder, made on first use
-    /// (what runs in a task's sandbox never sees it: its `/tmp` is
-    /// private).
+    /// A folder of the test's own in the temp folder, made on first use,
+    /// and the TMPDIR of every command (what runs in a task's sandbox never
+    /// sees it, but for its own workspace: its `/tmp` is private).
     pub fn tmp(&self) -> &Path {
         self.tmp
             .get_or_init(|| tempfile::Builder::new().prefix("cassist-test-tmp-").tempdir().expect("tmp folder"))
@@ -238,6 +252,32 @@ impl Project {
                 tempfile::Builder::new().prefix("cassist-test-home-").tempdir_in(outside).expect("home folder")
             })
             .path()
+    }
+
+    /// A copy of `fixtures/<rel>` (a file, or a folder with what is in it)
+    /// for a task's commands to run, in a folder of the project's own
+    /// outside the temp folders; made on first use, then the same. The
+    /// checkout's own path will not do: it may lie under `/tmp`, which
+    /// every command of a task sees as a private, empty folder (only an
+    /// agent's own program and the paths on its command line stay visible
+    /// there, not a script named inside a shell command).
+    pub fn fixture_copy(&self, rel: &str) -> PathBuf {
+        let dir = self.fixtures.get_or_init(|| {
+            let outside = super::outside_temp_dir();
+            tempfile::Builder::new().prefix("cassist-test-fixtures-").tempdir_in(outside).expect("fixtures folder")
+        });
+        let from = fixtures().join(rel);
+        let to = dir.path().join(rel);
+        if !to.exists() {
+            if from.is_dir() {
+                std::fs::create_dir_all(&to).unwrap();
+                super::copy_tree(&from, &to);
+            } else {
+                std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                std::fs::copy(&from, &to).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
+            }
+        }
+        to
     }
 
     /// HOME's files and symlinks, `.cache` included, but the `out` folder
@@ -308,11 +348,11 @@ impl Project {
     }
 
     /// `cassist ARGS` in the project: a clean environment (PATH, HOME,
-    /// NO_COLOR=1, CASSIST_SHARED_STATE=out and the project's variables),
-    /// expecting success unless told otherwise.
+    /// TMPDIR=tmp, NO_COLOR=1, CASSIST_SHARED_STATE=out and the project's
+    /// variables), expecting success unless told otherwise.
     pub fn cassist(&self, args: &[&str]) -> Cmd {
         let mut cmd = Cmd::new(self.path(), args);
-        cmd.env("HOME", self.home()).env("CASSIST_SHARED_STATE", self.out());
+        cmd.env("HOME", self.home()).env("TMPDIR", self.tmp()).env("CASSIST_SHARED_STATE", self.out());
         for (k, v) in &self.env {
             cmd.env(k, v);
         }

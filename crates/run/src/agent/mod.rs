@@ -170,14 +170,28 @@ pub fn which(program: &str, path_var: Option<&std::ffi::OsStr>) -> Option<PathBu
 /// Runs `program --version` with a timeout and returns its first line that
 /// holds a digit (CLIs print banners around the version), at most 80
 /// characters. Through [`process::run`] like every command: its own process
-/// group, killed whole at the timeout; cassist's environment.
+/// group, killed whole at the timeout, or when the program exits; cassist's
+/// environment, but for a HOME and TMPDIR of its own, removed once the
+/// group is gone: CLIs write state even to say their version (Gemini CLI
+/// its projects list, Codex its helper links), and one killed halfway
+/// leaves temp files; none of that belongs in the user's folders.
 pub fn version_of(program: &Path, timeout: Duration) -> Option<String> {
+    let own = tempfile::Builder::new().prefix("cassist-version-").tempdir().ok()?;
+    let (home, tmp) = (own.path().join("home"), own.path().join("tmp"));
+    std::fs::create_dir(&home).ok()?;
+    std::fs::create_dir(&tmp).ok()?;
     let mut cmd = process::Command::inheriting([program.as_os_str(), "--version".as_ref()]);
+    // Variables that name state folders elsewhere go: those under HOME
+    // are taken.
+    cmd.env.retain(|(k, _)| !VERSION_UNSET.iter().any(|v| k == v));
+    cmd.env.extend([("HOME".into(), home.into()), ("TMPDIR".into(), tmp.into())]);
     cmd.timeout = Some(timeout);
     // Killed at once at the timeout, as it always was.
     cmd.grace = Duration::ZERO;
     cmd.tail_limit = 64 * 1024;
-    let done = process::run(&cmd, &process::Redactor::default(), &process::Cancel::new()).ok()?;
+    let done = process::run(&cmd, &process::Redactor::default(), &process::Cancel::new());
+    crate::workspace::remove_tree(own.path());
+    let done = done.ok()?;
     if done.outcome == process::Outcome::TimedOut {
         return None;
     }
@@ -187,6 +201,11 @@ pub fn version_of(program: &Path, timeout: Duration) -> Option<String> {
         .find(|l| l.chars().any(|c| c.is_ascii_digit()))
         .map(|l| l.chars().take(80).collect())
 }
+
+/// Variables a `--version` probe goes without ([`version_of`]): where
+/// CLIs keep their state and caches when not under HOME.
+const VERSION_UNSET: &[&str] =
+    &["XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"];
 
 /// The version of built-in agent `name` as its CLI reports it, cached in
 /// `.cassist/cache/agent-versions` by the program's path, size and mtime,
