@@ -18,7 +18,7 @@ use crate::runner::{Runner, TaskResult};
 use cassist_core::event::{TaskEnd, TaskState};
 use cassist_core::lock::Lock;
 use cassist_core::plan::state::Basis;
-use cassist_core::plan::{PlannedTask, State};
+use cassist_core::plan::{HashError, PlannedTask, State};
 
 /// How to schedule.
 #[derive(Debug, Clone)]
@@ -307,9 +307,9 @@ type Job = Box<dyn FnOnce(&Runner, &PlannedTask) -> TaskResult + Send>;
 
 /// Hashes `t` again on the tree as it is, never halfway through another
 /// task's integration.
-fn rehash(runner: &Runner, t: &mut PlannedTask, outputs: &HashMap<String, String>) -> Result<(), String> {
+fn rehash(runner: &Runner, t: &mut PlannedTask, outputs: &HashMap<String, String>) -> Result<(), HashError> {
     let _no_integration = runner.integration.read().unwrap_or_else(|e| e.into_inner());
-    runner.plan.rehash(t, outputs).map_err(|e| e.to_string())
+    runner.plan.rehash(t, outputs)
 }
 
 enum Start {
@@ -338,7 +338,7 @@ impl Schedule<'_> {
         if (self.touched || t.cached.predicted)
             && let Err(e) = rehash(runner, t, &self.outputs)
         {
-            return Start::Done(Box::new(t.end().ended(TaskState::Failed, e)));
+            return Start::Done(Box::new(t.end().ended(TaskState::Failed, e.to_string())));
         }
         if self.opts.no_cache {
             t.state = State::Run;
