@@ -208,7 +208,7 @@ fn cover(spec: &ExecSpec) -> Result<()> {
     // A kept path wins over a cover of the same path.
     covers.retain(|(c, _)| !spec.keep.contains(c));
     let cover_paths: Vec<PathBuf> = covers.iter().map(|(c, _)| c.clone()).collect();
-    let writable = |p: &Path| super::may_write(&spec.writable, p);
+    let writable = |p: &Path| super::spec::may_write(&spec.writable, p);
     let mut ops: Vec<(PathBuf, Op)> = Vec::new();
     // A cover is needed where the original shows (not under a cover, or
     // under something kept); a keep where a cover hides it, or where what
