@@ -42,6 +42,7 @@
 mod cancel;
 mod capture;
 mod command;
+mod error;
 mod group;
 mod kill_scan;
 mod program;
@@ -56,6 +57,7 @@ use std::time::Duration;
 
 pub use cancel::Cancel;
 pub use command::{Command, Finished, NEVER_PASSED, Outcome};
+pub use error::RunError;
 pub use group::{kill_all_groups, live_group_members};
 pub use program::{find_in_path, is_executable_file};
 pub use redact::{MIN_SECRET_LEN, REDACTED, RedactingWriter, Redactor, SECRET_NAME_PARTS};

@@ -2,40 +2,34 @@
 //! `PATH` (the one `PATH` lookup of cassist).
 
 use std::ffi::OsStr;
-use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use super::Command;
+use super::{Command, RunError};
 
 /// `PATH` used to find the program when the environment has none (glibc's
 /// default for `execvp`).
 const DEFAULT_PATH: &str = "/bin:/usr/bin";
 
 /// The program to execute: `argv[0]` resolved as [`Command::argv`] says.
-pub(super) fn resolve_program(cmd: &Command) -> io::Result<PathBuf> {
+pub(super) fn resolve_program(cmd: &Command) -> Result<PathBuf, RunError> {
     let Some(prog) = cmd.argv.first() else {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
+        return Err(RunError::EmptyCommand);
     };
     let path = Path::new(prog);
     if prog.as_bytes().contains(&b'/') {
         let full = if path.is_absolute() { path.to_path_buf() } else { cmd.cwd.join(path) };
         if !full.exists() {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("program `{}` not found: no file {}", prog.to_string_lossy(), full.display()),
-            ));
+            return Err(RunError::NoSuchProgram { program: prog.to_string_lossy().into_owned(), path: full });
         }
         return absolute(cmd, full);
     }
     let search: &OsStr =
         cmd.env.iter().rev().find(|(k, _)| k == "PATH").map_or(OsStr::new(DEFAULT_PATH), |(_, v)| v.as_os_str());
-    let found = find_in_path(prog, search, &cmd.cwd).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("program `{}` not found in PATH ({})", prog.to_string_lossy(), search.to_string_lossy()),
-        )
+    let found = find_in_path(prog, search, &cmd.cwd).ok_or_else(|| RunError::NotInPath {
+        program: prog.to_string_lossy().into_owned(),
+        path: search.to_string_lossy().into_owned(),
     })?;
     absolute(cmd, found)
 }
@@ -43,7 +37,7 @@ pub(super) fn resolve_program(cmd: &Command) -> io::Result<PathBuf> {
 /// `program` as a path that does not depend on the current folder: the
 /// child changes folder before its exec, so a relative path (only with a
 /// relative `cwd`) would be taken from `cwd` a second time.
-fn absolute(cmd: &Command, program: PathBuf) -> io::Result<PathBuf> {
+fn absolute(cmd: &Command, program: PathBuf) -> Result<PathBuf, RunError> {
     if program.is_absolute() {
         return Ok(program);
     }
@@ -65,13 +59,14 @@ pub fn is_executable_file(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-pub(super) fn spawn_error(cmd: &Command, program: &Path, e: io::Error) -> io::Error {
-    let hint = if e.kind() == io::ErrorKind::NotFound { " (is the interpreter on its #! line installed?)" } else { "" };
-    io::Error::new(e.kind(), format!("cannot start `{}` ({}): {e}{hint}", cmd.program(), program.display()))
+/// The kernel would not start `program`, the resolved `argv[0]` of `cmd`.
+pub(super) fn spawn_error(cmd: &Command, program: &Path, error: std::io::Error) -> RunError {
+    RunError::Start { program: cmd.program(), resolved: program.to_path_buf(), error }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::io;
     use std::os::unix::fs::PermissionsExt;
     use std::path::{Path, PathBuf};
 
@@ -116,12 +111,18 @@ mod tests {
         let e = run(&c, &Redactor::default(), &Cancel::new()).expect_err("an error");
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         assert!(e.to_string().contains("cassist-no-such-agent"), "{e}");
+        assert!(matches!(e, RunError::NotInPath { .. }), "{e:?}");
+        // Callers in io::Result keep the kind and the message.
+        let as_io = io::Error::from(e);
+        assert_eq!(as_io.kind(), io::ErrorKind::NotFound);
+        assert!(as_io.to_string().starts_with("program `cassist-no-such-agent` not found in PATH"), "{as_io}");
 
         let mut c = Command::new(["./bin/missing-agent"], dir.path());
         c.env = base_env();
         let e = run(&c, &Redactor::default(), &Cancel::new()).expect_err("an error");
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         assert!(e.to_string().contains("./bin/missing-agent"), "{e}");
+        assert!(matches!(e, RunError::NoSuchProgram { .. }), "{e:?}");
     }
 
     #[test]

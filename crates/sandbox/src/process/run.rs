@@ -15,7 +15,7 @@ use super::group::{GroupGuard, signal_group, wait_until_members_gone};
 use super::program::{resolve_program, spawn_error};
 use super::transcript::CappedFile;
 use super::wait::{ExitWatch, PollSet};
-use super::{Cancel, Command, DRAIN_LIMIT, Finished, Outcome, Redactor};
+use super::{Cancel, Command, DRAIN_LIMIT, Finished, Outcome, Redactor, RunError};
 
 /// Runs `cmd` to completion and returns how it ended.
 ///
@@ -23,26 +23,24 @@ use super::{Cancel, Command, DRAIN_LIMIT, Finished, Outcome, Redactor};
 /// group gets `SIGTERM`, then `SIGKILL` after [`Command::grace`]. When the
 /// child exits, what is left of its group is killed: no process of the group
 /// survives `run`. Errors are spawn failures (a missing program is
-/// [`io::ErrorKind::NotFound`] naming it), an unusable `cwd` or transcript;
-/// once the child has started, `run` returns `Ok`.
+/// [`io::ErrorKind::NotFound`] naming it, see [`RunError::kind`]), an
+/// unusable `cwd` or transcript; once the child has started, `run` returns
+/// `Ok`.
 ///
 /// One `poll` on the calling thread waits for everything at once: the
 /// child's exit (its pidfd), the cancel token, the output pipe, the stdin
 /// pipe and the next deadline (timeout, end of the grace, end of the
 /// drain). No thread is started, nothing is looked at on a tick.
-pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> io::Result<Finished> {
+pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> Result<Finished, RunError> {
     let started = Instant::now();
     let program = resolve_program(cmd)?;
     if !cmd.cwd.is_dir() {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("cannot run `{}`: working folder {} does not exist", cmd.program(), cmd.cwd.display()),
-        ));
+        return Err(RunError::NoWorkingFolder { program: cmd.program(), cwd: cmd.cwd.clone() });
     }
     let transcript = match &cmd.transcript {
         Some(path) => Some(
             CappedFile::open(path, cmd.transcript_limit)
-                .map_err(|e| io::Error::new(e.kind(), format!("cannot open the transcript {}: {e}", path.display())))?,
+                .map_err(|error| RunError::Transcript { path: path.clone(), error })?,
         ),
         None => None,
     };
@@ -57,7 +55,7 @@ pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> io::Result<Fi
             signal_group(pgid, Signal::SIGKILL);
             let _ = child.wait();
             guard.disarm();
-            return Err(e);
+            return Err(e.into());
         }
     };
     let feed = match (stdin_writer, cmd.stdin.as_deref()) {
@@ -104,7 +102,10 @@ pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> io::Result<Fi
 /// Starts `program` as `cmd` says, in its own process group. Returns the
 /// child, our end of its output pipe (stdout and stderr) and, when it gets
 /// stdin, our end of that pipe.
-fn spawn(cmd: &Command, program: &Path) -> io::Result<(std::process::Child, io::PipeReader, Option<io::PipeWriter>)> {
+fn spawn(
+    cmd: &Command,
+    program: &Path,
+) -> Result<(std::process::Child, io::PipeReader, Option<io::PipeWriter>), RunError> {
     // Our ends of the pipes are close-on-exec and non-blocking (the child's
     // ends are separate open files, blocking as usual); the child gets its
     // ends as fds 0, 1 and 2 only.

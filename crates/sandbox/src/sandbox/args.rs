@@ -7,6 +7,34 @@ use std::time::Duration;
 
 use super::{ExecSpec, Overlay, StateViews, WRAPPER_COMMAND};
 
+/// Why the wrapper's arguments are not a spec [`ExecSpec::to_args`] wrote.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgsError {
+    /// A flag that is not text.
+    #[error("unexpected wrapper argument {0:?}")]
+    NotText(OsString),
+    #[error("unknown wrapper argument `{0}`")]
+    Unknown(String),
+    /// The flag is the last argument.
+    #[error("`{0}` needs a value")]
+    NoValue(String),
+    #[error("`--parent` needs a pid")]
+    NotAPid,
+    #[error("`--grace-ms` needs a number")]
+    NotANumber,
+    #[error("no `--cwd` given")]
+    NoCwd,
+    /// Some of `--mount-at`, `--upper`, `--work` (and `--lower`) without
+    /// the others.
+    #[error("an overlay needs `--mount-at`, `--upper` and `--work`")]
+    PartialOverlay,
+    #[error("`--state` needs `--state-dir`")]
+    StateWithoutDir,
+    /// Nothing after `--`, or no `--`.
+    #[error("no command given")]
+    NoCommand,
+}
+
 impl ExecSpec {
     /// The arguments that make `cassist` run this spec.
     pub fn to_args(&self) -> Vec<OsString> {
@@ -69,14 +97,12 @@ impl ExecSpec {
         args.extend(self.argv.iter().cloned());
         args
     }
-}
 
-impl ExecSpec {
     /// The spec [`ExecSpec::to_args`] wrote, from the arguments after
     /// `__sandbox-exec`. Read by hand, not by the command-line parser: the
     /// wrapper starts for every command of a task, and building the whole
     /// command-line definition would be most of its start-up.
-    pub fn from_args(args: impl IntoIterator<Item = OsString>) -> Result<ExecSpec, String> {
+    pub fn from_args(args: impl IntoIterator<Item = OsString>) -> Result<ExecSpec, ArgsError> {
         let mut spec = ExecSpec::default();
         let (mut target, mut lowers, mut upper, mut work) = (None, Vec::new(), None, None);
         let (mut state_dir, mut state, mut shared) = (None, Vec::new(), Vec::new());
@@ -84,7 +110,7 @@ impl ExecSpec {
         let mut args = args.into_iter();
         while let Some(flag) = args.next() {
             let Some(flag) = flag.to_str().map(str::to_owned) else {
-                return Err(format!("unexpected wrapper argument {flag:?}"));
+                return Err(ArgsError::NotText(flag));
             };
             match flag.as_str() {
                 "--" => {
@@ -95,7 +121,7 @@ impl ExecSpec {
                 "--confined" => spec.confined = true,
                 "--landlock" => spec.landlock = true,
                 _ => {
-                    let value = args.next().ok_or_else(|| format!("`{flag}` needs a value"))?;
+                    let value = args.next().ok_or_else(|| ArgsError::NoValue(flag.clone()))?;
                     let path = PathBuf::from(&value);
                     match flag.as_str() {
                         "--mount-at" => target = Some(path),
@@ -111,32 +137,31 @@ impl ExecSpec {
                         "--state" => state.push(path),
                         "--shared" => shared.push(path),
                         "--parent" => {
-                            let pid = value.to_str().and_then(|v| v.parse().ok()).ok_or("`--parent` needs a pid")?;
+                            let pid = value.to_str().and_then(|v| v.parse().ok()).ok_or(ArgsError::NotAPid)?;
                             spec.parent = Some(pid);
                         }
                         "--grace-ms" => {
-                            let ms =
-                                value.to_str().and_then(|v| v.parse().ok()).ok_or("`--grace-ms` needs a number")?;
+                            let ms = value.to_str().and_then(|v| v.parse().ok()).ok_or(ArgsError::NotANumber)?;
                             spec.grace = Some(Duration::from_millis(ms));
                         }
-                        _ => return Err(format!("unknown wrapper argument `{flag}`")),
+                        _ => return Err(ArgsError::Unknown(flag)),
                     }
                 }
             }
         }
-        spec.cwd = cwd.ok_or("no `--cwd` given")?;
+        spec.cwd = cwd.ok_or(ArgsError::NoCwd)?;
         spec.overlay = match (target, upper, work) {
             (Some(target), Some(upper), Some(work)) => Some(Overlay { target, lowers, upper, work }),
             (None, None, None) if lowers.is_empty() => None,
-            _ => return Err("an overlay needs `--mount-at`, `--upper` and `--work`".into()),
+            _ => return Err(ArgsError::PartialOverlay),
         };
         spec.state = match state_dir {
             Some(dir) => Some(StateViews { paths: state, dir, shared }),
             None if state.is_empty() && shared.is_empty() => None,
-            None => return Err("`--state` needs `--state-dir`".into()),
+            None => return Err(ArgsError::StateWithoutDir),
         };
         if spec.argv.is_empty() {
-            return Err("no command given".into());
+            return Err(ArgsError::NoCommand);
         }
         Ok(spec)
     }
@@ -181,7 +206,7 @@ mod tests {
             let back = ExecSpec::from_args(args.into_iter().skip(1)).unwrap();
             assert_eq!(format!("{back:?}"), format!("{spec:?}"));
         }
-        let bad = |args: &[&str]| ExecSpec::from_args(args.iter().map(OsString::from)).unwrap_err();
+        let bad = |args: &[&str]| ExecSpec::from_args(args.iter().map(OsString::from)).unwrap_err().to_string();
         assert!(bad(&["--", "true"]).contains("--cwd"));
         assert!(bad(&["--cwd", "/w", "--bogus", "x", "--", "true"]).contains("unknown wrapper argument `--bogus`"));
         assert!(bad(&["--cwd", "/w", "--upper", "/u", "--", "true"]).contains("--mount-at"));

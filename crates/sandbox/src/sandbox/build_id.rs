@@ -25,6 +25,7 @@ sources![
     "../process/cancel.rs",
     "../process/capture.rs",
     "../process/command.rs",
+    "../process/error.rs",
     "../process/group.rs",
     "../process/kill_scan.rs",
     "../process/mod.rs",

@@ -84,6 +84,7 @@ mod mounts;
 mod spec;
 mod supervise;
 
+pub use args::ArgsError;
 pub use build_id::build_id;
 pub use exec::{exec, main};
 pub use host::{landlock_abi, overlay_safe, probe, userns_available};
