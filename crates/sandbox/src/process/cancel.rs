@@ -3,9 +3,11 @@
 //! may set.
 
 use std::io;
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
 
 #[cfg(doc)]
 use super::{Outcome, run};
@@ -104,11 +106,8 @@ impl Latch {
     pub(super) fn fd(&self) -> io::Result<BorrowedFd<'_>> {
         let mut fd = self.fd.load(Ordering::SeqCst);
         if fd < 0 {
-            // SAFETY: a plain syscall; on success the fd is ours.
-            let made = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-            if made < 0 {
-                return Err(io::Error::last_os_error());
-            }
+            let made = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?;
+            let made = OwnedFd::from(made).into_raw_fd();
             match self.fd.compare_exchange(-1, made, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => {
                     fd = made;
@@ -119,7 +118,7 @@ impl Latch {
                 Err(theirs) => {
                     // Another waiter was first.
                     // SAFETY: `made` is ours and used nowhere else.
-                    unsafe { libc::close(made) };
+                    drop(unsafe { OwnedFd::from_raw_fd(made) });
                     fd = theirs;
                 }
             }
@@ -134,21 +133,21 @@ impl Drop for Latch {
         let fd = *self.fd.get_mut();
         if fd >= 0 {
             // SAFETY: the latch owns its fd.
-            unsafe { libc::close(fd) };
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
         }
     }
 }
 
 /// Makes an eventfd readable. Async-signal-safe.
 fn wake_eventfd(fd: RawFd) {
-    let one: u64 = 1;
-    // SAFETY: an 8-byte write from a valid buffer.
-    unsafe { libc::write(fd, (&raw const one).cast(), 8) };
+    // SAFETY: the callers' fd is open (a latch's, closed only when the
+    // latch is dropped). write(2) is async-signal-safe, and nix's wrapper
+    // adds only the errno check.
+    let _ = nix::unistd::write(unsafe { BorrowedFd::borrow_raw(fd) }, &1u64.to_ne_bytes());
 }
 
 #[cfg(test)]
 mod tests {
-    use std::os::fd::AsRawFd;
     use std::thread;
     use std::time::Duration;
 
@@ -158,7 +157,7 @@ mod tests {
     #[test]
     fn cancel_makes_the_fd_readable_whether_it_was_made_before_or_after() {
         let early = Cancel::new();
-        let fd = early.0.fd().unwrap().as_raw_fd();
+        let fd = early.0.fd().unwrap();
         assert!(!readable(fd));
         early.clone().cancel();
         assert!(early.is_cancelled() && readable(fd));
@@ -167,7 +166,7 @@ mod tests {
 
         let late = Cancel::new();
         late.cancel();
-        assert!(readable(late.0.fd().unwrap().as_raw_fd()));
+        assert!(readable(late.0.fd().unwrap()));
     }
 
     #[test]

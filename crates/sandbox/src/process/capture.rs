@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 
 use super::kill_scan::KillScan;
 use super::transcript::CappedFile;
@@ -46,8 +46,8 @@ impl Output {
         }
     }
 
-    pub(super) fn fd(&self) -> RawFd {
-        self.reader.as_raw_fd()
+    pub(super) fn fd(&self) -> BorrowedFd<'_> {
+        self.reader.as_fd()
     }
 
     /// Reads what the pipe holds now (one chunk at most).

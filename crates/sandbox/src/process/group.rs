@@ -2,12 +2,13 @@
 //! handler can read ([`kill_all_groups`]), the guard that kills a group if
 //! a run leaves early, and the wait for killed members to be gone.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
+use nix::poll::PollFlags;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
@@ -73,10 +74,9 @@ pub fn kill_all_groups() {
     for slot in &GROUPS {
         let pgid = slot.load(Ordering::SeqCst);
         if pgid > 0 {
-            // SAFETY: kill is async-signal-safe.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
+            // kill(2) is async-signal-safe, and nix's wrapper adds only
+            // the errno check.
+            let _ = kill(Pid::from_raw(-pgid), Signal::SIGKILL);
         }
     }
 }
@@ -142,17 +142,19 @@ pub(super) fn wait_until_members_gone(pgid: i32) {
             }
         }
     }
-    let mut set = PollSet::default();
     while !watched.is_empty() && Instant::now() < end {
-        set.clear();
-        for fd in &watched {
-            set.add(fd.as_raw_fd(), libc::POLLIN);
-        }
-        set.wait(Some(end));
+        let gone: Vec<bool> = {
+            let mut set = PollSet::default();
+            for fd in &watched {
+                set.add(fd.as_fd(), PollFlags::POLLIN);
+            }
+            set.wait(Some(end));
+            (0..watched.len()).map(|i| set.ready(i)).collect()
+        };
         let mut i = 0;
         watched.retain(|_| {
             i += 1;
-            !set.ready(i - 1)
+            !gone[i - 1]
         });
     }
 }

@@ -2,12 +2,14 @@
 //! its end.
 
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::poll::PollFlags;
 use nix::sys::signal::Signal;
 
 use super::capture::Output;
@@ -44,7 +46,7 @@ pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> Result<Finish
         ),
         None => None,
     };
-    let cancel_fd = cancel.0.fd()?.as_raw_fd();
+    let cancel_fd = cancel.0.fd()?;
     let (mut child, out_reader, stdin_writer) = spawn(cmd, &program)?;
     let pid = child.id();
     let pgid = pid as i32;
@@ -110,7 +112,7 @@ fn spawn(
     // ends are separate open files, blocking as usual); the child gets its
     // ends as fds 0, 1 and 2 only.
     let (out_reader, out_writer) = io::pipe()?;
-    set_nonblocking(out_reader.as_raw_fd())?;
+    set_nonblocking(out_reader.as_fd())?;
     let mut spawn = std::process::Command::new(program);
     spawn
         .arg0(&cmd.argv[0])
@@ -125,7 +127,7 @@ fn spawn(
     let stdin_writer = match &cmd.stdin {
         Some(_) => {
             let (r, w) = io::pipe()?;
-            set_nonblocking(w.as_raw_fd())?;
+            set_nonblocking(w.as_fd())?;
             spawn.stdin(OwnedFd::from(r));
             Some(w)
         }
@@ -136,10 +138,11 @@ fn spawn(
     };
     if cmd.die_with_cassist {
         // If cassist itself dies (SIGKILL), the command dies with it.
-        // SAFETY: prctl is async-signal-safe; nothing else runs in the hook.
+        // SAFETY: prctl is async-signal-safe (nix's wrapper only adds the
+        // errno check); nothing else runs in the hook.
         unsafe {
             spawn.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+                let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
                 Ok(())
             });
         }
@@ -160,7 +163,7 @@ struct Watched<'a> {
     output: Output,
     feed: Option<Feed<'a>>,
     cancel: &'a Cancel,
-    cancel_fd: RawFd,
+    cancel_fd: BorrowedFd<'a>,
 }
 
 impl Watched<'_> {
@@ -176,7 +179,6 @@ impl Watched<'_> {
     ) -> (io::Result<std::process::ExitStatus>, Option<Outcome>) {
         let mut stopped_by: Option<Outcome> = None;
         let mut kill_at: Option<Instant> = None;
-        let mut set = PollSet::default();
         loop {
             let now = Instant::now();
             if stopped_by.is_none() {
@@ -195,26 +197,25 @@ impl Watched<'_> {
                 kill_at = None;
             }
 
-            set.clear();
-            let exit_at = set.add(self.exit.fd(), libc::POLLIN);
-            if stopped_by.is_none() {
-                // Ready once cancelled; looked at above.
-                set.add(self.cancel_fd, libc::POLLIN);
-            }
-            let out_at = (!self.output.done).then(|| set.add(self.output.fd(), libc::POLLIN));
-            let in_at = self.feed.as_ref().map(|f| set.add(f.writer.as_raw_fd(), libc::POLLOUT));
-            set.wait(if stopped_by.is_none() { deadline } else { kill_at });
-
-            if set.ready(exit_at) {
+            let (exited, out_ready, in_ready) = {
+                let mut set = PollSet::default();
+                let exit_at = set.add(self.exit.fd(), PollFlags::POLLIN);
+                if stopped_by.is_none() {
+                    // Ready once cancelled; looked at above.
+                    set.add(self.cancel_fd, PollFlags::POLLIN);
+                }
+                let out_at = (!self.output.done).then(|| set.add(self.output.fd(), PollFlags::POLLIN));
+                let in_at = self.feed.as_ref().map(|f| set.add(f.writer.as_fd(), PollFlags::POLLOUT));
+                set.wait(if stopped_by.is_none() { deadline } else { kill_at });
+                (set.ready(exit_at), out_at.is_some_and(|i| set.ready(i)), in_at.is_some_and(|i| set.ready(i)))
+            };
+            if exited {
                 break;
             }
-            if out_at.is_some_and(|i| set.ready(i)) {
+            if out_ready {
                 self.output.read();
             }
-            if let (Some(i), Some(f)) = (in_at, &mut self.feed)
-                && set.ready(i)
-                && !f.write()
-            {
+            if in_ready && self.feed.as_mut().is_some_and(|f| !f.write()) {
                 self.feed = None;
             }
         }
@@ -229,10 +230,11 @@ impl Watched<'_> {
         // process's.
         let drain_until = Instant::now() + DRAIN_LIMIT;
         while !self.output.done && Instant::now() < drain_until {
-            set.clear();
-            set.add(self.output.fd(), libc::POLLIN);
+            let mut set = PollSet::default();
+            set.add(self.output.fd(), PollFlags::POLLIN);
             set.wait(Some(drain_until));
             if set.ready(0) {
+                drop(set);
                 self.output.read();
             }
         }
@@ -240,14 +242,9 @@ impl Watched<'_> {
     }
 }
 
-fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on an fd we own.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
+fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let flags = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
     Ok(())
 }
 

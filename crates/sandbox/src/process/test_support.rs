@@ -2,7 +2,7 @@
 //! checks on the processes they leave.
 
 use std::ffi::OsString;
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -97,9 +97,9 @@ pub(crate) fn assert_tree_gone(f: &Finished, pids_file: &Path) {
 }
 
 /// Whether `fd` is readable now (without waiting).
-pub(crate) fn readable(fd: RawFd) -> bool {
+pub(crate) fn readable(fd: BorrowedFd<'_>) -> bool {
     let mut set = PollSet::default();
-    set.add(fd, libc::POLLIN);
+    set.add(fd, nix::poll::PollFlags::POLLIN);
     set.wait(Some(Instant::now()));
     set.ready(0)
 }

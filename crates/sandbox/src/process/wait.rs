@@ -2,49 +2,49 @@
 //! the child's exit as an fd that leaves it unreaped.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::thread;
 use std::time::Instant;
 
-use super::cancel::Latch;
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, ppoll};
+use nix::sys::time::TimeSpec;
+use nix::sys::wait::{Id, WaitPidFlag, waitid};
+use nix::unistd::Pid;
 
-/// The fds one wait of [`run`] is for.
+use super::cancel::Latch;
+#[cfg(doc)]
+use super::run;
+
+/// The fds one wait of [`run`] is for, borrowed while it waits: a set is
+/// made for each wait, then dropped before what is ready is read.
 #[derive(Default)]
-pub(super) struct PollSet {
-    fds: Vec<libc::pollfd>,
+pub(super) struct PollSet<'fd> {
+    fds: Vec<PollFd<'fd>>,
 }
 
-impl PollSet {
-    pub(super) fn clear(&mut self) {
-        self.fds.clear();
-    }
-
+impl<'fd> PollSet<'fd> {
     /// Adds `fd`, waited for `events`; returns its index for
     /// [`ready`](PollSet::ready).
-    pub(super) fn add(&mut self, fd: RawFd, events: libc::c_short) -> usize {
-        self.fds.push(libc::pollfd { fd, events, revents: 0 });
+    pub(super) fn add(&mut self, fd: BorrowedFd<'fd>, events: PollFlags) -> usize {
+        self.fds.push(PollFd::new(fd, events));
         self.fds.len() - 1
     }
 
     /// Whether the fd at `i` is ready (or hung up, or failed: the next
-    /// read or write says which).
+    /// read or write says which). Flags unknown to `nix` count as ready.
     pub(super) fn ready(&self, i: usize) -> bool {
-        self.fds[i].revents != 0
+        self.fds[i].revents().is_none_or(|r| !r.is_empty())
     }
 
     /// Waits until an fd is ready or `until` has come (for ever when
     /// `None`). A signal that interrupts the wait counts as a wake-up.
     pub(super) fn wait(&mut self, until: Option<Instant>) {
-        let timeout = until.map(|u| {
-            let left = u.saturating_duration_since(Instant::now());
-            libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos() as libc::c_long }
-        });
-        let timeout_ptr = timeout.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: valid pollfds and timespec; no signal mask change. Its
-        // errors (EINTR aside) cannot happen with these arguments, and with
-        // every revents 0 the caller only looks at its clock again.
-        unsafe { libc::ppoll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, timeout_ptr, std::ptr::null()) };
+        let timeout = until.map(|u| TimeSpec::from(u.saturating_duration_since(Instant::now())));
+        // Its errors (EINTR aside) cannot happen with these arguments, and
+        // with every revents 0 the caller only looks at its clock again.
+        let _ = ppoll(&mut self.fds, timeout, None);
     }
 }
 
@@ -72,7 +72,7 @@ impl ExitWatch {
 
     pub(super) fn with_thread(pid: u32) -> io::Result<ExitWatch> {
         let latch = Arc::new(Latch::default());
-        let fd = latch.fd()?.as_raw_fd();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&latch.fd()?);
         let exited = latch.clone();
         let thread = thread::Builder::new().name("cassist-wait".into()).spawn(move || {
             let _ = wait_exited_unreaped(pid);
@@ -82,11 +82,12 @@ impl ExitWatch {
     }
 
     /// Readable once the child has exited.
-    pub(super) fn fd(&self) -> RawFd {
+    pub(super) fn fd(&self) -> BorrowedFd<'_> {
         match self {
-            ExitWatch::Pidfd(fd) => fd.as_raw_fd(),
-            // Open as long as `latch`.
-            ExitWatch::Thread { fd, .. } => *fd,
+            ExitWatch::Pidfd(fd) => fd.as_fd(),
+            // SAFETY: the latch's fd, open as long as `latch`, which lives
+            // as long as `self`.
+            ExitWatch::Thread { fd, .. } => unsafe { BorrowedFd::borrow_raw(*fd) },
         }
     }
 
@@ -99,7 +100,8 @@ impl ExitWatch {
     }
 }
 
-/// A pidfd for `pid` (readable once the process has exited).
+/// A pidfd for `pid` (readable once the process has exited). A raw
+/// system call: `nix` has no wrapper for `pidfd_open`.
 pub(super) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     // SAFETY: a plain syscall; on success the fd is ours.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -111,19 +113,11 @@ pub(super) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
 }
 
 /// Blocks until `pid` has exited, leaving it a zombie (not reaped).
-fn wait_exited_unreaped(pid: u32) -> io::Result<()> {
+fn wait_exited_unreaped(pid: u32) -> nix::Result<()> {
     loop {
-        // SAFETY: waitid with a valid out-pointer to a zeroed siginfo_t.
-        let r = unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT)
-        };
-        if r == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match waitid(Id::Pid(Pid::from_raw(pid as i32)), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
+            Err(Errno::EINTR) => continue,
+            done => return done.map(drop),
         }
     }
 }
@@ -146,7 +140,7 @@ mod tests {
         assert!(!readable(watch.fd()));
         drop(child.stdin.take());
         let mut set = PollSet::default();
-        set.add(watch.fd(), libc::POLLIN);
+        set.add(watch.fd(), PollFlags::POLLIN);
         set.wait(Some(Instant::now() + Duration::from_secs(10)));
         assert!(set.ready(0));
         watch.finish();

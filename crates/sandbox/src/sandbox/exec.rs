@@ -115,9 +115,8 @@ fn init(spec: &ExecSpec, argv: &[CString], report: OwnedFd) -> ! {
 
 /// Copy mode: the command as our child, ourselves its subreaper.
 fn supervise_copy(spec: &ExecSpec, argv: &[CString]) -> ! {
-    // SAFETY: a plain prctl.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        fail(format!("cannot supervise the command: {}", std::io::Error::last_os_error()));
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        fail(format!("cannot supervise the command: {}", std::io::Error::from(e)));
     }
     let wrapper = Pid::this();
     // SAFETY: single-threaded.

@@ -10,6 +10,9 @@ use nix::unistd::{ForkResult, fork};
 use super::{ExecSpec, Overlay, WRAPPER_ENV, mounts};
 
 /// The Landlock ABI of the running kernel (0: not available).
+///
+/// A raw system call: the `landlock` crate asks the same, but keeps the
+/// answer to itself, and `nix` has no wrapper.
 pub fn landlock_abi() -> i64 {
     // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
     // only returns the ABI version.

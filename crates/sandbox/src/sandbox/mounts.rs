@@ -339,6 +339,8 @@ fn is_file(fd: &OwnedFd) -> bool {
     nix::sys::stat::fstat(fd).is_ok_and(|s| s.st_mode & libc::S_IFMT != libc::S_IFDIR)
 }
 
+// `open_tree`, `mount_setattr` and `move_mount` (the mount API of Linux
+// 5.2 and 5.12) are raw system calls: `nix` has no wrapper for them.
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;

@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{SigSet, Signal, kill, killpg};
+use nix::sys::signal::{SigHandler, SigSet, Signal, kill, killpg, signal};
+use nix::sys::time::TimeSpec;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
@@ -126,10 +127,10 @@ impl Supervisor {
 /// One signal of `set`, or `None` at the timeout (never, without one) or
 /// on an interruption.
 fn wait_signal(set: &SigSet, timeout: Option<Duration>) -> Option<Signal> {
-    let ts = timeout
-        .map(|t| libc::timespec { tv_sec: t.as_secs() as libc::time_t, tv_nsec: t.subsec_nanos() as libc::c_long });
-    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let ts = timeout.map(TimeSpec::from);
+    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ref() as *const libc::timespec);
     // SAFETY: a valid signal set and timespec; the siginfo is not wanted.
+    // (nix has no wrapper for sigtimedwait.)
     let sig = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), ts_ptr) };
     if sig < 0 { None } else { Signal::try_from(sig).ok() }
 }
@@ -175,10 +176,8 @@ pub(super) fn exit_like(status: WaitStatus) -> ! {
     match status {
         WaitStatus::Exited(_, code) => std::process::exit(code),
         WaitStatus::Signaled(_, sig, _) => {
-            // SAFETY: restoring the default action, unblocking the signal.
-            unsafe {
-                libc::signal(sig as i32, libc::SIG_DFL);
-            }
+            // SAFETY: restoring the default action installs no handler.
+            let _ = unsafe { signal(sig, SigHandler::SigDfl) };
             let mut one = SigSet::empty();
             one.add(sig);
             let _ = one.thread_unblock();
