@@ -4,10 +4,16 @@
 
 use std::io;
 use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::sync::Arc;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::thread;
 
+use nix::poll::PollFlags;
 use nix::sys::eventfd::{EfdFlags, EventFd};
+
+use super::wait::PollSet;
 
 #[cfg(doc)]
 use super::{Outcome, run};
@@ -19,7 +25,7 @@ use super::{Outcome, run};
 /// Cancelling *notifies*: [`run`] waits in one `poll` on the child's exit,
 /// its output and this token's eventfd, and [`cancelled`](Cancel::cancelled)
 /// wakes an async waiter; nothing looks at a flag on a tick. An eventfd
-/// (rather than a Condvar or `tokio::sync::Notify`) because it can be
+/// (rather than a Condvar or an async notification) because it can be
 /// waited for together with the child's pidfd and pipes in one `poll`, and
 /// because setting it is async-signal-safe, so a signal handler may cancel.
 #[derive(Clone, Default, Debug)]
@@ -40,30 +46,89 @@ impl Cancel {
         self.0.is_set()
     }
 
-    /// Completes once the token is cancelled. Needs a tokio runtime with
-    /// I/O enabled. Should the token's eventfd not be made (no fd left), it
-    /// never completes: the caller then sees the cancel at its next look at
+    /// Completes once the token is cancelled, on any executor. The wait is
+    /// a thread of its own, blocked in one `poll` on the token's eventfd
+    /// (so a cancel from a signal handler wakes it too), that wakes the
+    /// task; dropping the future ends that thread. Should an fd or the
+    /// thread not be made (none left), it never completes: the caller then
+    /// sees the cancel at its next look at
     /// [`is_cancelled`](Cancel::is_cancelled).
     pub async fn cancelled(&self) {
-        use tokio::io::{Interest, unix::AsyncFd};
         if self.is_cancelled() {
             return;
         }
-        // A duplicate, so two waiters never register the same fd.
-        let Ok(fd) = self.0.fd().and_then(|fd| fd.try_clone_to_owned()) else {
-            return std::future::pending().await;
-        };
-        // SAFETY: an `OwnedFd` stays open, the same file, as long as it lives.
-        let Ok(fd) = (unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }) else {
-            return std::future::pending().await;
-        };
-        while !self.is_cancelled() {
-            match fd.readable().await {
-                Ok(mut ready) if !self.is_cancelled() => ready.clear_ready(),
-                Ok(_) => {}
-                Err(_) => return std::future::pending().await,
+        WakeOnCancel { cancel: self.clone(), waiter: None }.await
+    }
+}
+
+/// The future of [`Cancel::cancelled`].
+struct WakeOnCancel {
+    cancel: Cancel,
+    /// Started at the first poll; `Err` if it could not be.
+    waiter: Option<Result<Waiter, ()>>,
+}
+
+/// A thread that wakes the task waiting on a token once it is cancelled.
+struct Waiter {
+    /// The task to wake, the latest one that polled.
+    waker: Arc<Mutex<Waker>>,
+    /// Set when the future is dropped: the thread then ends.
+    stop: Arc<Latch>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Waiter {
+    fn start(cancel: &Cancel, waker: &Waker) -> io::Result<Waiter> {
+        let stop = Arc::new(Latch::default());
+        // Both fds made here, so the thread's own asking cannot fail.
+        cancel.0.fd()?;
+        stop.fd()?;
+        let waker = Arc::new(Mutex::new(waker.clone()));
+        let (token, stopped, to_wake) = (cancel.0.clone(), stop.clone(), waker.clone());
+        let thread = thread::Builder::new().name("cassist-cancel".into()).spawn(move || {
+            let (Ok(token_fd), Ok(stop_fd)) = (token.fd(), stopped.fd()) else { return };
+            while !token.is_set() && !stopped.is_set() {
+                let mut set = PollSet::default();
+                set.add(token_fd, PollFlags::POLLIN);
+                set.add(stop_fd, PollFlags::POLLIN);
+                set.wait(None);
             }
+            if token.is_set() {
+                to_wake.lock().unwrap_or_else(PoisonError::into_inner).wake_by_ref();
+            }
+        })?;
+        Ok(Waiter { waker, stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        self.stop.set();
+        if let Some(thread) = self.thread.take() {
+            // It wakes at once: its poll is on the stop latch too.
+            let _ = thread.join();
         }
+    }
+}
+
+impl Future for WakeOnCancel {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.cancel.is_cancelled() {
+            return Poll::Ready(());
+        }
+        match &self.waiter {
+            None => {
+                let waiter = Waiter::start(&self.cancel, cx.waker()).map_err(drop);
+                self.waiter = Some(waiter);
+            }
+            Some(Ok(waiter)) => waiter.waker.lock().unwrap_or_else(PoisonError::into_inner).clone_from(cx.waker()),
+            Some(Err(())) => {}
+        }
+        // A cancel that came while the waker was set: the thread may have
+        // woken the one before.
+        if self.cancel.is_cancelled() { Poll::Ready(()) } else { Poll::Pending }
     }
 }
 
@@ -175,7 +240,8 @@ mod tests {
         let remote = cancel.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+            // No I/O driver: the future needs none.
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
             rt.block_on(async {
                 // Two waiters on one token.
                 tokio::join!(remote.cancelled(), remote.cancelled());
@@ -186,5 +252,26 @@ mod tests {
         cancel.cancel();
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
         waiter.join().unwrap();
+    }
+
+    /// Dropped before the cancel, the future ends its thread (its drop
+    /// waits for it): a scheduler that waits for a cancel once per run
+    /// leaves no thread behind.
+    #[test]
+    fn a_dropped_cancelled_future_ends_its_thread() {
+        let cancel = Cancel::new();
+        let remote = cancel.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let helper = thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+            let timed_out = rt
+                .block_on(async { tokio::time::timeout(Duration::from_millis(50), remote.cancelled()).await.is_err() });
+            let _ = tx.send(timed_out);
+        });
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true), "not done within 10 s");
+        helper.join().unwrap();
+        // The waiting thread held the token too: it is gone.
+        assert_eq!(Arc::strong_count(&cancel.0), 1);
+        assert!(!cancel.is_cancelled());
     }
 }

@@ -63,13 +63,40 @@ impl CappedFile {
         // The ring position of the oldest byte kept.
         let oldest = (self.written - self.head) % self.ring;
         let ring_at = self.base + self.head;
-        let mut ordered = tempfile::tempfile_in(&self.dir)?;
+        let mut ordered = scratch_file(&self.dir)?;
         copy_range(&self.file, ring_at + oldest, self.ring - oldest, &mut ordered)?;
         copy_range(&self.file, ring_at, oldest, &mut ordered)?;
         let marker = format!("\n[cassist: {cut} bytes cut]\n");
         self.file.set_len(ring_at)?;
         self.file.write_all_at(marker.as_bytes(), ring_at)?;
         copy_range(&ordered, 0, self.ring, &mut WriteAt { file: &self.file, at: ring_at + marker.len() as u64 })
+    }
+}
+
+/// A file of no name in `dir`, gone once closed: `O_TMPFILE`, or where
+/// the filesystem has none, [`created_then_unlinked`].
+fn scratch_file(dir: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match OpenOptions::new().read(true).write(true).mode(0o600).custom_flags(libc::O_TMPFILE).open(dir) {
+        Ok(file) => Ok(file),
+        Err(_) => created_then_unlinked(dir),
+    }
+}
+
+/// A new file in `dir`, its name removed at once.
+fn created_then_unlinked(dir: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut tries = 0;
+    loop {
+        let path = dir.join(format!(".cassist-scratch-{}-{tries}", std::process::id()));
+        match OpenOptions::new().read(true).write(true).mode(0o600).create_new(true).open(&path) {
+            Ok(file) => {
+                std::fs::remove_file(&path)?;
+                return Ok(file);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 1000 => tries += 1,
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -111,8 +138,27 @@ impl Write for WriteAt<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Seek};
+
+    use super::*;
     use crate::process::test_support::*;
     use crate::process::*;
+
+    #[test]
+    fn scratch_files_have_no_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(format!(".cassist-scratch-{}-0", std::process::id())), "taken").unwrap();
+        for make in [scratch_file, created_then_unlinked] {
+            let mut file = make(dir.path()).unwrap();
+            file.write_all(b"ring").unwrap();
+            file.rewind().unwrap();
+            let mut back = String::new();
+            file.read_to_string(&mut back).unwrap();
+            assert_eq!(back, "ring");
+            let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+            assert_eq!(names.len(), 1, "only the file that was there: {names:?}");
+        }
+    }
 
     #[test]
     fn transcripts_keep_the_first_and_the_last_half_of_their_limit() {
