@@ -12,6 +12,8 @@ use nix::poll::PollFlags;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
+#[cfg(doc)]
+use super::run;
 use super::wait::{PollSet, pidfd_open};
 
 /// How long [`run`] waits for killed members of the group to be gone.

@@ -33,11 +33,12 @@
 //!
 //! One module for each concern, everything used outside re-exported here:
 //! `command` (what to run, how it ended), `program` (the `PATH` lookup),
-//! `run` (the spawn and the one `poll` loop), `wait` (the child's exit as
-//! an fd), `group` (the process groups of the commands running now),
-//! `capture` and `transcript` (output kept bounded in memory and on disk),
-//! `kill_scan` (the out-of-memory hint), `redact` (secrets out of what is
-//! kept) and `cancel` (the token that stops runs).
+//! `runner` ([`run`]: the spawn and the one `poll` loop), `wait` (the
+//! child's exit as an fd), `group` (the process groups of the commands
+//! running now), `capture` and `transcript` (output kept bounded in memory
+//! and on disk), `kill_scan` (the out-of-memory hint), `redact` (secrets
+//! out of what is kept), `cancel` (the token that stops runs) and `error`
+//! (why a command could not be run).
 
 mod cancel;
 mod capture;
@@ -47,7 +48,7 @@ mod group;
 mod kill_scan;
 mod program;
 mod redact;
-mod run;
+mod runner;
 #[cfg(test)]
 mod test_support;
 mod transcript;
@@ -61,7 +62,7 @@ pub use error::RunError;
 pub use group::{kill_all_groups, live_group_members};
 pub use program::{find_in_path, is_executable_file};
 pub use redact::{MIN_SECRET_LEN, REDACTED, RedactingWriter, Redactor, SECRET_NAME_PARTS};
-pub use run::run;
+pub use runner::run;
 
 /// Size of one read of the child's output.
 pub const CHUNK: usize = 64 * 1024;

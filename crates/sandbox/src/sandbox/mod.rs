@@ -17,7 +17,7 @@
 //! 1. The wrapper enters new user, mount and PID namespaces (the user is
 //!    mapped to itself) and forks the namespace's init (PID 1).
 //! 2. The init makes every mount private and builds the command's view
-//!    ([`mounts`]): the overlay over the project's own path (lower layers
+//!    (module `mounts`): the overlay over the project's own path (lower layers
 //!    read-only, the command's layer on top: every write lands there); the
 //!    project's `.git` bind-mounted read-only over itself (no index
 //!    rewritten, no hook planted); a fresh `/proc` of the PID namespace
@@ -34,7 +34,7 @@
 //!    copy-on-write ([`StateViews`]): the CLI reads its login and settings,
 //!    and nothing it writes there (a hook in `~/.claude/settings.json`, a
 //!    poisoned cache) reaches the user's next session.
-//! 3. The init forks the command ([`confine`]): own session (no
+//! 3. The init forks the command (module `confine`): own session (no
 //!    controlling terminal: nothing can be typed into the user's shell),
 //!    fds 0–2 only, no capability left (it cannot unmount its overlay to
 //!    reach the real tree), `no_new_privs`, and Landlock: read everywhere,
@@ -70,8 +70,8 @@
 //! The modules: `spec` (what the wrapper is asked to do, [`ExecSpec`]),
 //! `args` (the spec as the wrapper's arguments and back), `exec` (the
 //! wrapper itself: namespaces, the init, the command), `supervise` (the
-//! wait for the command, signals forwarded, orphans reaped), [`mounts`]
-//! (the command's view of the filesystem), [`confine`] (the command's own
+//! wait for the command, signals forwarded, orphans reaped), `mounts`
+//! (the command's view of the filesystem), `confine` (the command's own
 //! last steps), `host` (what this machine supports, and the probe) and
 //! `build_id` (which wrapper program is this build's).
 
