@@ -234,3 +234,59 @@ fn escaped_grandchild_holding_stdout_does_not_hang() {
     assert!(elapsed >= DRAIN_LIMIT, "the escapee did not hold the pipe? {elapsed:?}");
     assert_eq!(escaped.len(), 1);
 }
+
+/// The one command that
+/// [`a_command_starts_without_a_fork_unless_it_needs_a_hook`] traces.
+#[test]
+#[ignore = "run under strace by a_command_starts_without_a_fork_unless_it_needs_a_hook"]
+fn start_one_command_for_the_trace() {
+    let mut c = Command::new(["true"], "/");
+    c.env = base_env();
+    c.die_with_cassist = std::env::var_os("CASSIST_TEST_DIE_WITH_CASSIST").is_some();
+    assert!(go(&c).success());
+}
+
+/// A command with no hook between `fork` and `exec` (a sandboxed one: the
+/// wrapper sees to dying with cassist itself) is started with
+/// `posix_spawn`, which glibc does with `clone(CLONE_VM | CLONE_VFORK)`
+/// and no copy of cassist's address space; one that must die with cassist
+/// needs the hook, so a fork. Seen with strace (skipped without it).
+#[test]
+fn a_command_starts_without_a_fork_unless_it_needs_a_hook() {
+    let Some(strace) = find_in_path("strace".as_ref(), "/usr/bin:/bin".as_ref(), Path::new("/")) else {
+        eprintln!("SKIPPED: no strace");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for die_with_cassist in [false, true] {
+        let log = dir.path().join(format!("trace-{die_with_cassist}"));
+        let mut traced = std::process::Command::new(&strace);
+        traced
+            .args(["-f", "-qq", "-e", "trace=clone,clone3,fork,vfork", "-o"])
+            .arg(&log)
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", "process::runner::tests::start_one_command_for_the_trace", "--ignored"])
+            .args(["--test-threads=1", "--quiet"])
+            .env_remove("CASSIST_TEST_DIE_WITH_CASSIST")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        if die_with_cassist {
+            traced.env("CASSIST_TEST_DIE_WITH_CASSIST", "1");
+        }
+        let status = traced.status().unwrap();
+        let trace = std::fs::read_to_string(&log).unwrap_or_default();
+        if !status.success() && trace.is_empty() {
+            eprintln!("SKIPPED: strace cannot trace here ({status})");
+            return;
+        }
+        assert!(status.success(), "{status}: {trace}");
+        // New processes, not threads.
+        let started: Vec<&str> = trace
+            .lines()
+            .filter(|l| ["clone(", "clone3(", "fork(", "vfork("].iter().any(|c| l.contains(c)))
+            .filter(|l| !l.contains("CLONE_THREAD"))
+            .collect();
+        assert_eq!(started.len(), 1, "one process started: {trace}");
+        assert_eq!(started[0].contains("CLONE_VFORK"), !die_with_cassist, "{}", started[0]);
+    }
+}
