@@ -234,24 +234,34 @@ mod tests {
         assert!(readable(late.0.fd().unwrap()));
     }
 
+    /// Runs `waiting` (given a clone of `cancel`) on a runtime of its own
+    /// thread; what it returns comes through the receiver, with the thread.
+    fn on_a_runtime<T: Send + 'static, F: Future<Output = T>>(
+        cancel: &Cancel,
+        waiting: impl FnOnce(Cancel) -> F + Send + 'static,
+    ) -> (std::sync::mpsc::Receiver<T>, thread::JoinHandle<()>) {
+        let remote = cancel.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let runner = thread::spawn(move || {
+            // With a timer, but no I/O driver: the future needs none.
+            let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+            let _ = tx.send(rt.block_on(waiting(remote)));
+        });
+        (rx, runner)
+    }
+
     #[test]
     fn cancelled_future_completes_once_cancelled() {
         let cancel = Cancel::new();
-        let remote = cancel.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let waiter = thread::spawn(move || {
-            // No I/O driver: the future needs none.
-            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-            rt.block_on(async {
-                // Two waiters on one token.
-                tokio::join!(remote.cancelled(), remote.cancelled());
-            });
-            let _ = tx.send(remote.is_cancelled());
+        let (rx, runner) = on_a_runtime(&cancel, |remote| async move {
+            // Two waiters on one token.
+            tokio::join!(remote.cancelled(), remote.cancelled());
+            remote.is_cancelled()
         });
         assert!(rx.recv_timeout(ms(100)).is_err(), "completed before the cancel");
         cancel.cancel();
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
-        waiter.join().unwrap();
+        runner.join().unwrap();
     }
 
     /// Dropped before the cancel, the future ends its thread (its drop
@@ -260,16 +270,11 @@ mod tests {
     #[test]
     fn a_dropped_cancelled_future_ends_its_thread() {
         let cancel = Cancel::new();
-        let remote = cancel.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let helper = thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-            let timed_out = rt
-                .block_on(async { tokio::time::timeout(Duration::from_millis(50), remote.cancelled()).await.is_err() });
-            let _ = tx.send(timed_out);
+        let (rx, runner) = on_a_runtime(&cancel, |remote| async move {
+            tokio::time::timeout(Duration::from_millis(50), remote.cancelled()).await.is_err()
         });
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true), "not done within 10 s");
-        helper.join().unwrap();
+        runner.join().unwrap();
         // The waiting thread held the token too: it is gone.
         assert_eq!(Arc::strong_count(&cancel.0), 1);
         assert!(!cancel.is_cancelled());
