@@ -254,7 +254,7 @@ fn start_one_command_for_the_trace() {
 #[test]
 fn a_command_starts_without_a_fork_unless_it_needs_a_hook() {
     let Some(strace) = find_in_path("strace".as_ref(), "/usr/bin:/bin".as_ref(), Path::new("/")) else {
-        eprintln!("SKIPPED: no strace");
+        crate::say(format_args!("SKIPPED: no strace"));
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -276,7 +276,7 @@ fn a_command_starts_without_a_fork_unless_it_needs_a_hook() {
         let status = traced.status().unwrap();
         let trace = std::fs::read_to_string(&log).unwrap_or_default();
         if !status.success() && trace.is_empty() {
-            eprintln!("SKIPPED: strace cannot trace here ({status})");
+            crate::say(format_args!("SKIPPED: strace cannot trace here ({status})"));
             return;
         }
         assert!(status.success(), "{status}: {trace}");
