@@ -11,6 +11,12 @@
 //! - when the direct child exits on its own, whatever it left behind in its
 //!   group is killed too (the group is signalled while the exited child is
 //!   still an unreaped zombie, so the group id cannot have been reused);
+//! - the command is built by duct (program, arguments, environment,
+//!   folder, stdio) and started by the standard library, with
+//!   `posix_spawn` (no copy of cassist's address space) unless it must
+//!   die with cassist, which needs a hook between `fork` and `exec`
+//!   ([`Command::die_with_cassist`]); everything else here is cassist's
+//!   own layer around it;
 //! - the environment is exactly [`Command::env`], never the parent's;
 //! - stdout and stderr share one pipe, read in 64 KiB chunks and streamed
 //!   through a [`RedactingWriter`] to the transcript file as they come; only

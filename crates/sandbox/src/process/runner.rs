@@ -2,10 +2,9 @@
 //! its end.
 
 use std::io::{self, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
@@ -47,8 +46,9 @@ pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> Result<Finish
         None => None,
     };
     let cancel_fd = cancel.0.fd()?;
-    let (mut child, out_reader, stdin_writer) = spawn(cmd, &program)?;
-    let pid = child.id();
+    let (child, out_reader, stdin_writer) = spawn(cmd, &program)?;
+    // The one process of the expression.
+    let pid = child.pids()[0];
     let pgid = pid as i32;
     let mut guard = GroupGuard::register(pgid);
     let exit = match ExitWatch::new(pid) {
@@ -104,59 +104,70 @@ pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> Result<Finish
 /// Starts `program` as `cmd` says, in its own process group. Returns the
 /// child, our end of its output pipe (stdout and stderr) and, when it gets
 /// stdin, our end of that pipe.
-fn spawn(
-    cmd: &Command,
-    program: &Path,
-) -> Result<(std::process::Child, io::PipeReader, Option<io::PipeWriter>), RunError> {
+///
+/// duct builds the command (program, arguments, environment, folder,
+/// stdio); the hook it runs on the `std::process::Command` before the
+/// spawn adds what duct has no word for: `argv[0]` as given, the process
+/// group and, for a command that dies with cassist, the parent-death
+/// signal. Only that last one is a hook between `fork` and `exec`: without
+/// it (a command started through the sandbox wrapper, which sees to dying
+/// with cassist itself, or [`Command::inheriting`]) nothing stands in the
+/// way of `posix_spawn`, which starts the child without copying cassist's
+/// address space. duct adds no hook of its own, and the program is an
+/// absolute path already, so it is not looked up again.
+fn spawn(cmd: &Command, program: &Path) -> Result<(duct::Handle, io::PipeReader, Option<io::PipeWriter>), RunError> {
     // Our ends of the pipes are close-on-exec and non-blocking (the child's
     // ends are separate open files, blocking as usual); the child gets its
     // ends as fds 0, 1 and 2 only.
     let (out_reader, out_writer) = io::pipe()?;
     set_nonblocking(out_reader.as_fd())?;
-    let mut spawn = std::process::Command::new(program);
-    spawn
-        .arg0(&cmd.argv[0])
-        .args(&cmd.argv[1..])
-        .current_dir(&cmd.cwd)
-        .env_clear()
-        .envs(cmd.env.iter().map(|(k, v)| (k, v)))
+    let mut expression = duct::cmd(program, &cmd.argv[1..])
+        .dir(&cmd.cwd)
+        .full_env(cmd.env.iter().map(|(k, v)| (k, v)))
         // stdout and stderr: one pipe, so their lines interleave as printed.
-        .stdout(OwnedFd::from(out_writer.try_clone()?))
-        .stderr(OwnedFd::from(out_writer))
-        .process_group(0);
+        .stdout_file(out_writer.try_clone()?)
+        .stderr_file(out_writer)
+        // The exit status is cassist's to read, never an error.
+        .unchecked();
     let stdin_writer = match &cmd.stdin {
         Some(_) => {
             let (r, w) = io::pipe()?;
             set_nonblocking(w.as_fd())?;
-            spawn.stdin(OwnedFd::from(r));
+            expression = expression.stdin_file(r);
             Some(w)
         }
         None => {
-            spawn.stdin(Stdio::null());
+            expression = expression.stdin_null();
             None
         }
     };
-    if cmd.die_with_cassist {
-        // If cassist itself dies (SIGKILL), the command dies with it.
-        // SAFETY: prctl is async-signal-safe (nix's wrapper only adds the
-        // errno check); nothing else runs in the hook.
-        unsafe {
-            spawn.pre_exec(|| {
-                let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
-                Ok(())
-            });
+    let argv0 = cmd.argv[0].clone();
+    let die_with_cassist = cmd.die_with_cassist;
+    expression = expression.before_spawn(move |spawn| {
+        spawn.arg0(&argv0).process_group(0);
+        if die_with_cassist {
+            // If cassist itself dies (SIGKILL), the command dies with it.
+            // SAFETY: prctl is async-signal-safe (nix's wrapper only adds
+            // the errno check); nothing else runs in the hook.
+            unsafe {
+                spawn.pre_exec(|| {
+                    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+                    Ok(())
+                });
+            }
         }
-    }
-    let child = spawn.spawn().map_err(|e| spawn_error(cmd, program, e));
-    // The builder holds our copies of the child's pipe ends: close them, or
-    // we would never see EOF on the output.
-    drop(spawn);
+        Ok(())
+    });
+    let child = expression.start().map_err(|e| spawn_error(cmd, program, e));
+    // The expression holds our copies of the child's pipe ends: close them,
+    // or we would never see EOF on the output.
+    drop(expression);
     Ok((child?, out_reader, stdin_writer))
 }
 
 /// A started child and everything [`Watched::wait`] selects on.
 struct Watched<'a> {
-    child: std::process::Child,
+    child: duct::Handle,
     pgid: i32,
     guard: GroupGuard,
     exit: ExitWatch,
@@ -222,7 +233,7 @@ impl Watched<'_> {
         // The child has exited but is not reaped yet, so its pid still names
         // this group: kill what it left behind, then reap it.
         signal_group(self.pgid, Signal::SIGKILL);
-        let status = self.child.wait();
+        let status = self.child.wait().map(|output| output.status);
         self.guard.disarm();
         // An escaped process may hold stdin without reading it.
         self.feed = None;
