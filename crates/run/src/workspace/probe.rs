@@ -13,9 +13,12 @@ use cassist_sandbox::process;
 /// Why the probe found that copy-on-write workspaces cannot be used.
 #[derive(Debug, thiserror::Error)]
 enum ProbeError {
-    /// Its folder could not be made, or its process not run.
+    /// Its folder could not be made.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// Its process could not be run.
+    #[error(transparent)]
+    Run(#[from] process::RunError),
     /// The probe failed, saying why (its output, trimmed: empty when it
     /// said nothing).
     #[error("{0}")]

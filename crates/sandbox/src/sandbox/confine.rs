@@ -22,6 +22,8 @@ use landlock::{
     path_beneath_rules,
 };
 
+use nix::sys::signal::{SigHandler, Signal, signal};
+
 use super::{ExecSpec, NOT_FOUND, fail};
 
 /// Device nodes every command may read, write and ioctl: harmless ones.
@@ -74,13 +76,13 @@ pub fn exec_command(spec: &ExecSpec, argv: &[CString]) -> ! {
 
 fn reset_signals() {
     let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
-    // SAFETY: restoring the default action.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    // SAFETY: restoring the default action installs no handler.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
 }
 
-/// Closes every file descriptor above 2.
+/// Closes every file descriptor above 2. `close_range` is a raw system
+/// call: `nix` has no wrapper, and glibc's needs glibc 2.34 where the
+/// program runs.
 fn close_fds_above_stderr() {
     // SAFETY: close_range on our own fds; nothing of ours above 2 is used
     // any more in this process, except what Landlock opens afterwards.
@@ -89,8 +91,9 @@ fn close_fds_above_stderr() {
         // Before Linux 5.9: one by one.
         let max = nix::unistd::sysconf(nix::unistd::SysconfVar::OPEN_MAX).ok().flatten().unwrap_or(1024);
         for fd in 3..max as i32 {
-            // SAFETY: closing fds we own (or none).
-            unsafe { libc::close(fd) };
+            // Fds of this process (or none): nothing of ours above 2 is used
+            // any more.
+            let _ = nix::unistd::close(fd);
         }
     }
 }
@@ -202,6 +205,7 @@ fn drop_capabilities() -> std::io::Result<()> {
         permitted: u32,
         inheritable: u32,
     }
+    // `capset` is a raw system call: neither `nix` nor `libc` wraps it.
     const VERSION_3: u32 = 0x2008_0522;
     let header = Header { version: VERSION_3, pid: 0 };
     let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];

@@ -21,18 +21,58 @@
 //! Without capabilities (dropped before exec, [`super::confine`]) none of
 //! this can be undone from inside.
 
-use std::ffi::CString;
+use std::ffi::{CString, NulError};
+use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
 use nix::mount::{MsFlags, mount};
 use nix::sched::{CloneFlags, unshare};
 
 use super::ExecSpec;
 use super::confine::SAFE_DEVICES;
 
-type Result<T> = std::result::Result<T, String>;
+/// Why the command's view could not be built. Each message says what was
+/// being done, its cause included.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("cannot create user and mount namespaces: {0}")]
+    Namespaces(Errno),
+    #[error("cannot map the user id: {0}")]
+    MapUser(io::Error),
+    #[error("cannot map the group id: {0}")]
+    MapGroup(io::Error),
+    #[error("cannot make mounts private: {0}")]
+    MakePrivate(Errno),
+    /// Every set of overlay options was refused; the last refusal.
+    #[error("cannot mount the overlay workspace: {0}")]
+    Overlay(Errno),
+    #[error("cannot give {} a copy-on-write view ({cause}); name it in CASSIST_SHARED_STATE to let agents write it for real", path.display())]
+    StateView { path: PathBuf, cause: Box<dyn std::error::Error + Send + Sync> },
+    #[error("cannot make {} read-only: {error}", path.display())]
+    ReadOnly { path: PathBuf, error: Errno },
+    #[error("cannot cover {}: {error}", path.display())]
+    Cover { path: PathBuf, error: Errno },
+    /// The folder or file a mount goes on could not be made.
+    #[error("cannot make {}: {error}", path.display())]
+    MountPoint { path: PathBuf, error: io::Error },
+    #[error("cannot keep {} visible: {error}", path.display())]
+    Keep { path: PathBuf, error: io::Error },
+    #[error("cannot keep {} read-only: {error}", path.display())]
+    KeepReadOnly { path: PathBuf, error: io::Error },
+    #[error("cannot put {} back: {error}", path.display())]
+    PutBack { path: PathBuf, error: io::Error },
+    /// A step of the private `/dev` (`what`) failed.
+    #[error("cannot make the private /dev ({what}): {cause}")]
+    Dev { what: &'static str, cause: Box<dyn std::error::Error + Send + Sync> },
+    /// A path holds a NUL byte (no system call can name it).
+    #[error(transparent)]
+    Nul(#[from] NulError),
+}
+
+type Result<T> = std::result::Result<T, MountError>;
 
 fn write_proc(file: &str, text: &str) -> std::io::Result<()> {
     std::fs::write(format!("/proc/self/{file}"), text)
@@ -44,10 +84,10 @@ pub fn enter_namespaces() -> Result<()> {
     let uid = nix::unistd::getuid();
     let gid = nix::unistd::getgid();
     unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID)
-        .map_err(|e| format!("cannot create user and mount namespaces: {e}"))?;
+        .map_err(MountError::Namespaces)?;
     let _ = write_proc("setgroups", "deny");
-    write_proc("uid_map", &format!("{uid} {uid} 1")).map_err(|e| format!("cannot map the user id: {e}"))?;
-    write_proc("gid_map", &format!("{gid} {gid} 1")).map_err(|e| format!("cannot map the group id: {e}"))?;
+    write_proc("uid_map", &format!("{uid} {uid} 1")).map_err(MountError::MapUser)?;
+    write_proc("gid_map", &format!("{gid} {gid} 1")).map_err(MountError::MapGroup)?;
     Ok(())
 }
 
@@ -55,7 +95,7 @@ pub fn enter_namespaces() -> Result<()> {
 /// init, before the command is forked.
 pub fn prepare(spec: &ExecSpec) -> Result<()> {
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-        .map_err(|e| format!("cannot make mounts private: {e}"))?;
+        .map_err(MountError::MakePrivate)?;
     if let Some(o) = &spec.overlay {
         mount_overlay(&o.target, &o.lowers, &o.upper, &o.work)?;
     }
@@ -100,24 +140,19 @@ fn state_views(state: &super::StateViews) -> Result<()> {
     for path in state.paths.iter().filter(|p| !state.is_shared(p)) {
         let Ok(meta) = path.symlink_metadata() else { continue };
         let under = state.under(path);
-        let err = |e: &dyn std::fmt::Display| {
-            format!(
-                "cannot give {} a copy-on-write view ({e}); name it in CASSIST_SHARED_STATE to let agents write it for real",
-                path.display()
-            )
-        };
+        let err = |cause: Box<dyn std::error::Error + Send + Sync>| MountError::StateView { path: path.clone(), cause };
         if meta.is_dir() {
             let (upper, work) = (under.join("upper"), under.join("work"));
             for d in [&upper, &work] {
-                std::fs::create_dir_all(d).map_err(|e| err(&e))?;
+                std::fs::create_dir_all(d).map_err(|e| err(e.into()))?;
             }
-            mount_overlay(path, std::slice::from_ref(path), &upper, &work).map_err(|e| err(&e))?;
+            mount_overlay(path, std::slice::from_ref(path), &upper, &work).map_err(|e| err(e.into()))?;
         } else if meta.is_file() {
             if under.symlink_metadata().is_err() {
-                std::fs::create_dir_all(&state.dir).map_err(|e| err(&e))?;
-                std::fs::copy(path, &under).map_err(|e| err(&e))?;
+                std::fs::create_dir_all(&state.dir).map_err(|e| err(e.into()))?;
+                std::fs::copy(path, &under).map_err(|e| err(e.into()))?;
             }
-            mount(Some(&under), path, None::<&str>, MsFlags::MS_BIND, None::<&str>).map_err(|e| err(&e))?;
+            mount(Some(&under), path, None::<&str>, MsFlags::MS_BIND, None::<&str>).map_err(|e| err(e.into()))?;
         }
     }
     for (path, fd) in &shared {
@@ -154,14 +189,14 @@ fn mount_overlay(target: &Path, lowers: &[PathBuf], upper: &Path, work: &Path) -
     // `userxattr` keeps overlay metadata in user.* xattrs, which an
     // unprivileged mount may write; older kernels lack it and `volatile`.
     let options = [format!("{base},userxattr,volatile"), format!("{base},userxattr"), base];
-    let mut last = None;
+    let mut last = Errno::UnknownErrno;
     for o in &options {
         match mount(Some("overlay"), target, Some("overlay"), MsFlags::empty(), Some(o.as_str())) {
             Ok(()) => return Ok(()),
-            Err(e) => last = Some(e),
+            Err(e) => last = e,
         }
     }
-    Err(format!("cannot mount the overlay workspace: {}", last.map_or_else(String::new, |e| e.to_string())))
+    Err(MountError::Overlay(last))
 }
 
 /// `path` (a folder or a file) bind-mounted read-only over itself, with
@@ -170,7 +205,7 @@ fn bind_read_only(path: &Path) -> Result<()> {
     if path.symlink_metadata().is_err() {
         return Ok(());
     }
-    let err = |e: nix::Error| format!("cannot make {} read-only: {e}", path.display());
+    let err = |error| MountError::ReadOnly { path: path.to_path_buf(), error };
     mount(Some(path), path, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>).map_err(err)?;
     mount(None::<&str>, path, None::<&str>, MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY, None::<&str>)
         .map_err(err)
@@ -208,7 +243,7 @@ fn cover(spec: &ExecSpec) -> Result<()> {
     // A kept path wins over a cover of the same path.
     covers.retain(|(c, _)| !spec.keep.contains(c));
     let cover_paths: Vec<PathBuf> = covers.iter().map(|(c, _)| c.clone()).collect();
-    let writable = |p: &Path| super::may_write(&spec.writable, p);
+    let writable = |p: &Path| super::spec::may_write(&spec.writable, p);
     let mut ops: Vec<(PathBuf, Op)> = Vec::new();
     // A cover is needed where the original shows (not under a cover, or
     // under something kept); a keep where a cover hides it, or where what
@@ -239,7 +274,7 @@ fn cover(spec: &ExecSpec) -> Result<()> {
                 let private = matches!(op, Op::Private);
                 let mode = if private { "mode=1777" } else { "mode=755" };
                 mount(Some("tmpfs"), path, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(mode))
-                    .map_err(|e| format!("cannot cover {}: {e}", path.display()))?;
+                    .map_err(|error| MountError::Cover { path: path.clone(), error })?;
                 // The mount points of what comes inside.
                 for (inner, inner_op) in &ops[i + 1..] {
                     if let Ok(rel) = inner.strip_prefix(path) {
@@ -258,7 +293,7 @@ fn cover(spec: &ExecSpec) -> Result<()> {
                             | MsFlags::MS_NODEV,
                         None::<&str>,
                     )
-                    .map_err(|e| format!("cannot make {} read-only: {e}", path.display()))?;
+                    .map_err(|error| MountError::ReadOnly { path: path.clone(), error })?;
                 }
             }
         }
@@ -286,7 +321,7 @@ fn nearest<'a>(p: &Path, covers: &'a [PathBuf], keeps: &'a [PathBuf]) -> Option<
 /// end) if missing.
 fn make_mount_point(base: &Path, rel: &Path, file: bool) -> Result<()> {
     let target = base.join(rel);
-    let err = |e: std::io::Error| format!("cannot make {}: {e}", target.display());
+    let err = |error| MountError::MountPoint { path: target.clone(), error };
     if file {
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent).map_err(err)?;
@@ -304,6 +339,8 @@ fn is_file(fd: &OwnedFd) -> bool {
     nix::sys::stat::fstat(fd).is_ok_and(|s| s.st_mode & libc::S_IFMT != libc::S_IFDIR)
 }
 
+// `open_tree`, `mount_setattr` and `move_mount` (the mount API of Linux
+// 5.2 and 5.12) are raw system calls: `nix` has no wrapper for them.
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
@@ -311,7 +348,7 @@ const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
 /// A detached copy of the mount tree at `path` (with what is mounted
 /// below it), read-only if asked; `None` when `path` does not exist.
 fn clone_tree(path: &Path, read_only: bool) -> Result<Option<OwnedFd>> {
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let c = CString::new(path.as_os_str().as_bytes())?;
     let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint;
     // SAFETY: a valid C string; on success the fd is ours.
     let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
@@ -320,7 +357,7 @@ fn clone_tree(path: &Path, read_only: bool) -> Result<Option<OwnedFd>> {
         if e.kind() == std::io::ErrorKind::NotFound {
             return Ok(None);
         }
-        return Err(format!("cannot keep {} visible: {e}", path.display()));
+        return Err(MountError::Keep { path: path.to_path_buf(), error: e });
     }
     // SAFETY: a fresh fd owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
@@ -347,7 +384,7 @@ fn clone_tree(path: &Path, read_only: bool) -> Result<Option<OwnedFd>> {
             )
         };
         if r != 0 {
-            return Err(format!("cannot keep {} read-only: {}", path.display(), std::io::Error::last_os_error()));
+            return Err(MountError::KeepReadOnly { path: path.to_path_buf(), error: io::Error::last_os_error() });
         }
     }
     Ok(Some(fd))
@@ -355,7 +392,7 @@ fn clone_tree(path: &Path, read_only: bool) -> Result<Option<OwnedFd>> {
 
 /// Attaches the detached mount `fd` at `path`.
 fn move_mount(fd: &OwnedFd, path: &Path) -> Result<()> {
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let c = CString::new(path.as_os_str().as_bytes())?;
     let empty = c"";
     // SAFETY: a valid fd and C strings.
     let r = unsafe {
@@ -369,7 +406,7 @@ fn move_mount(fd: &OwnedFd, path: &Path) -> Result<()> {
         )
     };
     if r != 0 {
-        return Err(format!("cannot put {} back: {}", path.display(), std::io::Error::last_os_error()));
+        return Err(MountError::PutBack { path: path.to_path_buf(), error: io::Error::last_os_error() });
     }
     Ok(())
 }
@@ -387,12 +424,14 @@ fn minimal_dev() -> Result<()> {
         }
     }
     let dev = Path::new("/dev");
-    let err = |what: &str, e: &dyn std::fmt::Display| format!("cannot make the private /dev ({what}): {e}");
+    fn err(what: &'static str, cause: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> MountError {
+        MountError::Dev { what, cause: cause.into() }
+    }
     mount(Some("tmpfs"), dev, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, Some("mode=755"))
-        .map_err(|e| err("tmpfs", &e))?;
+        .map_err(|e| err("tmpfs", e))?;
     for (name, fd) in &nodes {
         let path = Path::new(name);
-        std::fs::File::create(path).map_err(|e| err(name, &e))?;
+        std::fs::File::create(path).map_err(|e| err(name, e))?;
         move_mount(fd, path)?;
     }
     for (link, target) in [
@@ -402,10 +441,10 @@ fn minimal_dev() -> Result<()> {
         ("stderr", "/proc/self/fd/2"),
         ("ptmx", "pts/ptmx"),
     ] {
-        std::os::unix::fs::symlink(target, dev.join(link)).map_err(|e| err(link, &e))?;
+        std::os::unix::fs::symlink(target, dev.join(link)).map_err(|e| err(link, e))?;
     }
     for sub in ["pts", "shm"] {
-        std::fs::create_dir(dev.join(sub)).map_err(|e| err(sub, &e))?;
+        std::fs::create_dir(dev.join(sub)).map_err(|e| err(sub, e))?;
     }
     mount(
         Some("devpts"),
@@ -414,9 +453,9 @@ fn minimal_dev() -> Result<()> {
         MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
         Some("newinstance,ptmxmode=0666,mode=620"),
     )
-    .map_err(|e| err("devpts", &e))?;
+    .map_err(|e| err("devpts", e))?;
     mount(Some("tmpfs"), "/dev/shm", Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some("mode=1777"))
-        .map_err(|e| err("shm", &e))?;
+        .map_err(|e| err("shm", e))?;
     mount(
         None::<&str>,
         dev,
@@ -424,5 +463,5 @@ fn minimal_dev() -> Result<()> {
         MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
         None::<&str>,
     )
-    .map_err(|e| err("read-only", &e))
+    .map_err(|e| err("read-only", e))
 }
