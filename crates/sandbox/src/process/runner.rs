@@ -1,6 +1,7 @@
 //! [`run`]: the spawn, and the one `poll` loop that watches the child to
 //! its end.
 
+use std::ffi::OsString;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -105,11 +106,14 @@ pub fn run(cmd: &Command, redactor: &Redactor, cancel: &Cancel) -> Result<Finish
 /// child, our end of its output pipe (stdout and stderr) and, when it gets
 /// stdin, our end of that pipe.
 ///
-/// duct builds the command (program, arguments, environment, folder,
-/// stdio); the hook it runs on the `std::process::Command` before the
-/// spawn adds what duct has no word for: `argv[0]` as given, the process
-/// group and, for a command that dies with cassist, the parent-death
-/// signal. Only that last one is a hook between `fork` and `exec`: without
+/// duct builds the command (program, environment, folder, stdio); the
+/// hook it runs on the `std::process::Command` before the spawn adds what
+/// duct has no word for: `argv[0]` as given, the process group and, for a
+/// command that dies with cassist, the parent-death signal. The arguments
+/// are added there too: duct formats the arguments it is given into a
+/// string for its messages at every start, which costs about 15 µs a
+/// kilobyte, and an agent's prompt may be an argument of many kilobytes.
+/// Only the parent-death signal is a hook between `fork` and `exec`: without
 /// it (a command started through the sandbox wrapper, which sees to dying
 /// with cassist itself, or [`Command::inheriting`]) nothing stands in the
 /// way of `posix_spawn`, which starts the child without copying cassist's
@@ -121,7 +125,7 @@ fn spawn(cmd: &Command, program: &Path) -> Result<(duct::Handle, io::PipeReader,
     // ends as fds 0, 1 and 2 only.
     let (out_reader, out_writer) = io::pipe()?;
     set_nonblocking(out_reader.as_fd())?;
-    let mut expression = duct::cmd(program, &cmd.argv[1..])
+    let mut expression = duct::cmd(program, std::iter::empty::<OsString>())
         .dir(&cmd.cwd)
         .full_env(cmd.env.iter().map(|(k, v)| (k, v)))
         // stdout and stderr: one pipe, so their lines interleave as printed.
@@ -141,10 +145,10 @@ fn spawn(cmd: &Command, program: &Path) -> Result<(duct::Handle, io::PipeReader,
             None
         }
     };
-    let argv0 = cmd.argv[0].clone();
+    let (argv0, args) = (cmd.argv[0].clone(), cmd.argv[1..].to_vec());
     let die_with_cassist = cmd.die_with_cassist;
     expression = expression.before_spawn(move |spawn| {
-        spawn.arg0(&argv0).process_group(0);
+        spawn.arg0(&argv0).args(&args).process_group(0);
         if die_with_cassist {
             // If cassist itself dies (SIGKILL), the command dies with it.
             // SAFETY: prctl is async-signal-safe (nix's wrapper only adds
