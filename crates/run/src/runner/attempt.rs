@@ -122,7 +122,7 @@ fn run_agent(
     inv: &Invocation,
     req: &Request<'_>,
     files: &RunFiles,
-) -> std::io::Result<process::Finished> {
+) -> Result<process::Finished, super::CommandError> {
     let (t, runner, ws) = (task.task(), task.runner(), task.workspace());
     let subtask = req.part.name(task.name());
     let env = agent_env(inv, req, &subtask, files, t.model.as_deref());

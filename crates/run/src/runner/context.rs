@@ -256,7 +256,7 @@ impl<'a> TaskContext<'a> {
         cmd: &str,
         timeout: Option<Duration>,
         log: &Path,
-    ) -> std::io::Result<process::Finished> {
+    ) -> Result<process::Finished, super::CommandError> {
         let layer = match role {
             Role::Setup => Layer::Setup,
             Role::Build => Layer::Build,

@@ -63,6 +63,32 @@ impl Failure {
     }
 }
 
+/// Why a command of a task could not be run at all: its sandboxed command
+/// line could not be made, the spawner could not start it, or a folder it
+/// needs could not be made. (A command that ran and failed is a
+/// [`Finished`] with its outcome.)
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error(transparent)]
+    Start(#[from] cassist_sandbox::process::RunError),
+    #[error(transparent)]
+    Workspace(#[from] crate::workspace::Error),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+impl CommandError {
+    /// The kind of the underlying OS error (`NotFound` for a program that
+    /// is not there), `Other` for what is not one.
+    pub fn kind(&self) -> std::io::ErrorKind {
+        match self {
+            CommandError::Start(e) => e.kind(),
+            CommandError::Workspace(crate::workspace::Error::Io(e)) | CommandError::Io(e) => e.kind(),
+            CommandError::Workspace(_) => std::io::ErrorKind::Other,
+        }
+    }
+}
+
 /// How a command ended, as its reason says it: `exit code 3`, `killed by
 /// signal 9 (SIGKILL)`, `timed out after 3m`, `cancelled`.
 pub fn ended(f: &Finished) -> String {
@@ -122,5 +148,19 @@ mod tests {
         assert_eq!(ended(&finished(Outcome::TimedOut, Some(Duration::from_millis(200)))), "timed out after 200ms");
         assert_eq!(ended(&finished(Outcome::TimedOut, Some(Duration::from_secs(180)))), "timed out after 3m");
         assert_eq!(ended(&finished(Outcome::Cancelled, None)), "cancelled");
+    }
+
+    #[test]
+    fn a_command_that_cannot_start_keeps_its_kind_and_words() {
+        use cassist_sandbox::process::RunError;
+        use std::io::{Error, ErrorKind};
+        // NotFound and PermissionDenied send the task to the next agent of
+        // its chain: the kind must come through whatever the layer.
+        let missing = CommandError::from(RunError::NotInPath { program: "claude".into(), path: "/bin".into() });
+        assert_eq!(missing.kind(), ErrorKind::NotFound);
+        assert_eq!(missing.to_string(), "program `claude` not found in PATH (/bin)");
+        let denied = CommandError::from(crate::workspace::Error::Io(Error::from(ErrorKind::PermissionDenied)));
+        assert_eq!(denied.kind(), ErrorKind::PermissionDenied);
+        assert_eq!(CommandError::from(Error::from(ErrorKind::NotFound)).kind(), ErrorKind::NotFound);
     }
 }

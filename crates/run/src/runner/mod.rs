@@ -46,7 +46,7 @@ use cassist_core::text::truncate_chars;
 use cassist_sandbox::process::{Cancel, Redactor};
 
 use context::{Facts, TaskContext};
-pub use failure::Failure;
+pub use failure::{CommandError, Failure};
 
 /// Summaries of explore/review tasks (the findings their dependents' prompts
 /// are given) are cut to this many characters.
@@ -240,7 +240,7 @@ impl Runner {
     /// Runs a command of a task through its sandbox wrapper (started with
     /// [`cassist_sandbox::sandbox::WRAPPER_ENV`]). A wrapper that could not set the
     /// sandbox up makes the next run probe again.
-    fn run(&self, cmd: &cassist_sandbox::process::Command) -> std::io::Result<cassist_sandbox::process::Finished> {
+    fn run(&self, cmd: &cassist_sandbox::process::Command) -> Result<cassist_sandbox::process::Finished, CommandError> {
         let mut cmd = cmd.clone();
         let (k, v) = cassist_sandbox::sandbox::WRAPPER_ENV;
         cmd.env.push((k.into(), v.into()));

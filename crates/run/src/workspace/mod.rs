@@ -156,18 +156,6 @@ pub enum Error {
     Nul(#[from] std::ffi::NulError),
 }
 
-/// The error as an [`std::io::Error`], for callers that run a workspace's
-/// command among other I/O: an I/O error as it is, any other wrapped whole
-/// (its type can be recovered with `into_inner` and `downcast`).
-impl From<Error> for std::io::Error {
-    fn from(e: Error) -> std::io::Error {
-        match e {
-            Error::Io(e) => e,
-            other => std::io::Error::other(other),
-        }
-    }
-}
-
 /// Where a workspace is: set when it is made, the same for its whole life.
 struct Site {
     /// The user's project (canonical).
