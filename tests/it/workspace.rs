@@ -1305,6 +1305,8 @@ fn integrate_refuses_what_must_never_land_even_called_directly() {
         new: Some(b"#!/bin/sh\n".to_vec()),
         mode,
         hazard: None,
+        old_mode: None,
+        base_unknown: false,
     };
     let ok = file("src/ok.rs", S_IFREG | 0o644);
     let cases = [

@@ -23,9 +23,18 @@ pub struct Change {
     /// [`Hazard::NonUtf8Name`]).
     pub path: String,
     pub kind: ChangeKind,
-    /// Content before (`None` for added files, and for a file too large
-    /// to be read).
+    /// Content before: the file as the task's view had it when the view
+    /// was fixed, its base for the three-way merge into the tree (`None`
+    /// for added files, and for a file too large to be read).
     pub old: Option<Vec<u8>>,
+    /// Mode before (type and permission bits), beside `old`; `None` for
+    /// added files.
+    pub old_mode: Option<u32>,
+    /// `old` is not known to be what the task started from: the tree
+    /// changed at this path after the task started and no copy of the
+    /// start was kept. Writing the change there is then a conflict unless
+    /// the tree already holds the result: never a guess.
+    pub base_unknown: bool,
     /// Content after (`None` for deleted files, and for a changed entry
     /// with a [`hazard`](Change::hazard), whose content is never read).
     pub new: Option<Vec<u8>>,
@@ -289,6 +298,8 @@ mod tests {
             new: Some(target.as_bytes().to_vec()),
             mode: S_IFLNK | 0o777,
             hazard: None,
+            old_mode: None,
+            base_unknown: false,
         }
     }
 

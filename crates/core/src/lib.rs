@@ -103,6 +103,7 @@ pub mod fsx;
 pub mod journal;
 pub mod limits;
 pub mod lock;
+pub mod merge;
 pub mod part;
 pub mod paths;
 pub mod plan;

@@ -26,6 +26,19 @@ pub struct StoredChange {
     /// Hash of the content after (none for deleted files).
     pub new: Option<String>,
     pub mode: u32,
+    /// Mode before (none for added files, and in entries of older
+    /// releases): the base of the three-way merge, beside `old`. Not part
+    /// of the patch hash ([`patch_hash`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_mode: Option<u32>,
+}
+
+/// The patch hash of a recorded change: blake3 over the canonical JSON of
+/// its changes, without their base modes (an entry of an older release,
+/// which has none, keeps its hash).
+pub fn patch_hash(changes: &[StoredChange]) -> String {
+    let bare: Vec<StoredChange> = changes.iter().map(|c| StoredChange { old_mode: None, ..c.clone() }).collect();
+    crate::plan::hash::hash_json(&bare)
 }
 
 /// A recorded task run.
@@ -565,6 +578,7 @@ mod tests {
                 old: None,
                 new: Some(object.to_owned()),
                 mode: 0o100644,
+                old_mode: None,
             }],
             key: serde_json::json!({}),
             after_key: None,

@@ -48,7 +48,16 @@ pub fn apply_changes(spec: &Path) -> Result<(), ApplyError> {
             Some(_) => Some(Vec::new()),
             None => None,
         };
-        let check = Change { path: c.path.clone(), kind: c.kind.clone(), old: None, new, mode: c.mode, hazard: None };
+        let check = Change {
+            path: c.path.clone(),
+            kind: c.kind.clone(),
+            old: None,
+            new,
+            mode: c.mode,
+            hazard: None,
+            old_mode: None,
+            base_unknown: false,
+        };
         if let Some(why) = crate::workspace::never_written(&check) {
             return Err(ApplyError::Refused { path: c.path.clone(), why });
         }

@@ -200,7 +200,16 @@ impl Reader {
     ) -> Result<Change, Error> {
         let (name, raw) = name(rel);
         let kind = if old.is_some() { ChangeKind::Modified } else { ChangeKind::Added };
-        let mut change = Change { path: name, kind, old: None, new: None, mode: meta.mode(), hazard: None };
+        let mut change = Change {
+            path: name,
+            kind,
+            old: None,
+            new: None,
+            mode: meta.mode(),
+            hazard: None,
+            old_mode: None,
+            base_unknown: false,
+        };
         change.hazard = match (raw, self::kind(meta)) {
             (Some(raw), _) => Some(Hazard::NonUtf8Name(raw)),
             (None, Kind::Special(s)) => Some(Hazard::Special(s)),
@@ -215,6 +224,7 @@ impl Reader {
         };
         if let Some((old_path, old_meta)) = old {
             change.old = read_old(old_path, old_meta, self.limits.file_size);
+            change.old_mode = Some(old_meta.mode());
         }
         Ok(change)
     }
@@ -255,8 +265,10 @@ impl Reader {
             kind: ChangeKind::Deleted,
             old: meta.as_ref().and_then(|m| read_old(path, m, self.limits.file_size)),
             new: None,
-            mode: meta.map_or(0o100644, |m| m.mode()),
+            mode: meta.as_ref().map_or(0o100644, |m| m.mode()),
             hazard: raw.map(Hazard::NonUtf8Name),
+            old_mode: meta.map(|m| m.mode()),
+            base_unknown: false,
         }
     }
 }

@@ -15,6 +15,8 @@ pub(super) fn change(path: &str, kind: ChangeKind, old: Option<&str>, new: Optio
         new: new.map(|s| s.as_bytes().to_vec()),
         mode: S_IFREG | 0o644,
         hazard: None,
+        old_mode: None,
+        base_unknown: false,
     }
 }
 pub(super) fn added(path: &str, new: &str) -> Change {

@@ -180,6 +180,8 @@ mod tests {
             new: Some(b"x\n".to_vec()),
             mode: 0o100644,
             hazard: None,
+            old_mode: None,
+            base_unknown: false,
         };
         ChangeSet { changes: vec![change] }
     }

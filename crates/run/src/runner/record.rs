@@ -42,9 +42,16 @@ pub fn store_changes(store: &Store, changes: &ChangeSet) -> Result<(Vec<StoredCh
         let old = c.old.as_deref().map(|b| store.put_object(b)).transpose()?;
         let new = c.new.as_deref().map(|b| store.put_object(b)).transpose()?;
         failpoint::hit("record-object");
-        out.push(StoredChange { path: c.path.clone(), kind: c.kind.clone(), old, new, mode: c.mode });
+        out.push(StoredChange {
+            path: c.path.clone(),
+            kind: c.kind.clone(),
+            old,
+            new,
+            mode: c.mode,
+            old_mode: c.old_mode,
+        });
     }
-    let patch = cassist_core::plan::hash::hash_json(&out);
+    let patch = cassist_core::store::patch_hash(&out);
     Ok((out, patch))
 }
 

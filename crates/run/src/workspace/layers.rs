@@ -199,6 +199,8 @@ mod tests {
             new: new.map(|t| t.as_bytes().to_vec()),
             mode: cassist_core::changes::S_IFREG | 0o644,
             hazard: None,
+            old_mode: None,
+            base_unknown: false,
         }
     }
 

@@ -576,6 +576,7 @@ fn detect_renames(changes: Vec<Change>) -> Vec<Change> {
         if let Some(j) = deleted_by_content.remove(new) {
             out[i].kind = ChangeKind::Renamed { from: changes[j].path.clone() };
             out[i].old = changes[j].old.clone();
+            out[i].old_mode = changes[j].old_mode;
             drop[j] = true;
         }
     }
