@@ -17,6 +17,7 @@ mod ci;
 mod cli;
 mod crash;
 mod demo;
+mod edits;
 mod fanout;
 mod fuzz;
 mod hash;

@@ -116,7 +116,10 @@ fn a_conflict_found_at_the_flush_keeps_the_users_edit() {
     assert_eq!(states["fast"], "failed", "{}", out.transcript());
     assert_eq!(states["slow"], "passed", "{}", out.transcript());
     let reason = out.task("fast")["reason"].as_str().unwrap_or_default().to_owned();
-    assert!(reason.contains("conflict: out/fast.txt changed in the project while the task ran;"), "{reason}");
+    assert!(
+        reason.contains("conflict: edited in the project while the task ran, and the edits do not merge: out/fast.txt: added on both sides with different content; the project keeps its version;"),
+        "{reason}"
+    );
     // Not recorded: the next run asks the agent again.
     let plan = p.cassist(&["plan", "--json"]).exec();
     assert!(plan.stdout.contains("\"run\""), "{}", plan.transcript());

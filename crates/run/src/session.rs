@@ -295,7 +295,9 @@ impl Prepared {
         let interrupted = cancel.is_cancelled();
         let mut moved = Vec::new();
         if touched && !interrupted && !settings.locked {
-            moved = update_after_states(&runner.plan, &tasks, &reports, &outputs, &hashed_at_end, &mut lock_file);
+            let written = runner.written();
+            moved =
+                update_after_states(&runner.plan, &tasks, &reports, &outputs, &hashed_at_end, &written, &mut lock_file);
         }
         runner.plan.save_caches();
         cassist_core::plan::timing("final hashes");
@@ -359,13 +361,16 @@ impl Ran {
 /// whose after-state moved (the team cache gets it again). The tasks in
 /// `hashed_at_end` were hashed on the tree as the run leaves it when their
 /// change was written (nothing was written after): they are not hashed
-/// again.
+/// again. Both are hashed through `written`, cassist's own view of what
+/// the run wrote: a user's edit merged into a task's file is never taken
+/// for the task's work.
 fn update_after_states(
     plan: &Plan,
     selected: &[PlannedTask],
     reports: &[TaskEnd],
     outputs: &HashMap<String, String>,
     hashed_at_end: &HashSet<String>,
+    written: &cassist_core::plan::state::Overlay,
     lock: &mut Lock,
 ) -> Vec<(String, String)> {
     let mut changed = Vec::new();
@@ -377,10 +382,10 @@ fn update_after_states(
             continue;
         }
         let mut t = planned.clone();
-        if plan.rehash(&mut t, outputs).is_ok()
+        if plan.hash_inputs(&mut t, outputs, written).is_ok()
             && let Some(entry) = lock.tasks.get_mut(&t.task.name)
         {
-            let now = plan.outputs_now(entry);
+            let now = plan.outputs_through(entry, written);
             let moved = now.as_ref().is_some_and(|o| entry.outputs != Some(cassist_core::plan::state::outputs_hash(o)));
             if entry.after != t.hash || moved {
                 crate::runner::record::update_after(&plan.store, entry, &t, now);

@@ -228,11 +228,21 @@ impl Plan {
     /// the file-hash cache. `None` when the store no longer says which
     /// files they are.
     pub fn outputs_now(&self, line: &crate::lock::LockEntry) -> Option<crate::store::Outputs> {
+        self.outputs_through(line, &state::Overlay::default())
+    }
+
+    /// [`outputs_now`](Self::outputs_now) with `overlay`'s paths taken as
+    /// it lays them.
+    pub fn outputs_through(
+        &self,
+        line: &crate::lock::LockEntry,
+        overlay: &state::Overlay,
+    ) -> Option<crate::store::Outputs> {
         // The file cache first, then the index, as `rehash` takes them.
         let mut cache = self.file_cache.lock().unwrap_or_else(|e| e.into_inner());
         let mut index = self.output_index.lock().unwrap_or_else(|e| e.into_inner());
         let paths = index.paths(&self.store, &line.before, &line.patch)?;
-        Some(state::outputs_now(&self.project.root, &mut cache, paths, &state::Overlay::default()))
+        Some(state::outputs_now(&self.project.root, &mut cache, paths, overlay))
     }
 }
 

@@ -9,21 +9,25 @@
 //! never change, and a task's view is the tree as it started plus what
 //! had passed by then.
 //!
-//! Conflicts are found from changed paths, O(change): when a task lands,
-//! a path that a change landed since it started also changed, or that
-//! the user changed in the tree since ([`crate::workspace::conflicts`]);
-//! at the flush the tree check runs again, and a change that conflicts
-//! is not written, nor any later one that touches its paths or depends
+//! Every write is a three-way merge ([`crate::workspace::merge_set`]),
+//! O(change): when a task lands, its change is merged dry into what passed
+//! before over the user's tree, and a path that a change landed since the
+//! task started also changed is a conflict; at the flush each change is
+//! merged for real, in order, into the tree as it is then (each over the
+//! ones before it), and the merged contents are what the transaction
+//! writes. A change that does not merge is not written (the user's text
+//! stays as it is), nor any later one that touches its paths or depends
 //! on its task.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::workspace::{self, IntegrationLayer};
-use cassist_core::changes::ChangeSet;
+use cassist_core::changes::{ChangeKind, ChangeSet};
 use cassist_core::failpoint;
 use cassist_core::lock::LockLine;
+use cassist_core::merge::Merged;
 use cassist_core::plan::PlannedTask;
 use cassist_core::store::Entry;
 
@@ -75,8 +79,6 @@ fn to_merge(levels: &[u32]) -> Option<(usize, u32)> {
 pub struct Landing {
     pub t: PlannedTask,
     pub changes: ChangeSet,
-    /// When its task started ([`workspace::start_stamp`]).
-    pub started: i128,
     /// The store entry it was replayed from.
     pub replayed: Option<Entry>,
     /// The store entry its pass wrote (taken back if it is not written).
@@ -97,10 +99,16 @@ pub struct Pending {
     tiers: Vec<Tier>,
     /// Landings so far (a workspace remembers how many it saw).
     seq: u64,
+    /// cassist's own view of what this run wrote: every path a flushed
+    /// change wrote or deleted, with the task's own content (never a
+    /// user's edit merged into it). After-states and outputs are hashed
+    /// through it, so a user's edit is never recorded as a task's work.
+    written: cassist_core::plan::state::Overlay,
 }
 
 /// Why a change cannot be integrated: paths another task's change wrote
-/// since this task started (path, task), and paths the user changed.
+/// since this task started (path, task), and paths whose edits in the
+/// project do not merge with it (each with why).
 #[derive(Debug, Default)]
 pub struct Conflicts {
     pub by_tasks: Vec<(String, String)>,
@@ -118,7 +126,10 @@ impl Conflicts {
             why.push(format!("{} also changed by {tasks}, which passed while this task ran", paths.join(", ")));
         }
         if !self.by_user.is_empty() {
-            why.push(format!("{} changed in the project while the task ran", self.by_user.join(", ")));
+            why.push(format!(
+                "edited in the project while the task ran, and the edits do not merge: {}; the project keeps its version",
+                self.by_user.join("; ")
+            ));
         }
         format!("conflict: {}; nothing was integrated (the patch is in {})", why.join("; "), patch.display())
     }
@@ -135,6 +146,11 @@ pub enum Flushed {
 }
 
 impl Runner {
+    /// cassist's own view of what this run wrote ([`Pending`]'s `written`).
+    pub fn written(&self) -> cassist_core::plan::state::Overlay {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).written.clone()
+    }
+
     /// What a workspace started now sees: the pending layers, newest
     /// first, and how many changes had landed.
     pub fn view(&self) -> (Vec<Arc<IntegrationLayer>>, u64) {
@@ -147,13 +163,7 @@ impl Runner {
     /// landings before) touches one of its paths, or the user changed one
     /// in the tree meanwhile, which are the conflicts returned (its store
     /// entry is then taken back).
-    pub fn land(
-        &self,
-        mut landing: Landing,
-        layer: Option<Arc<IntegrationLayer>>,
-        seen: u64,
-        in_view: &dyn Fn(&str) -> bool,
-    ) -> Result<(), Conflicts> {
+    pub fn land(&self, mut landing: Landing, layer: Option<Arc<IntegrationLayer>>, seen: u64) -> Result<(), Conflicts> {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let paths: BTreeSet<&str> = changed_paths(&landing.changes);
         let by_tasks: BTreeSet<(String, String)> = pending
@@ -169,11 +179,22 @@ impl Runner {
             })
             .collect();
         let by_tasks: Vec<(String, String)> = by_tasks.into_iter().collect();
-        let by_user: Vec<String> =
-            workspace::conflicts(&self.plan.project.root, &landing.changes, landing.started, in_view)
-                .into_iter()
-                .filter(|p| !by_tasks.iter().any(|(q, _)| q == p))
-                .collect();
+        // The change merged, dry, into the tree as the flush will find
+        // it: what passed before, over the user's tree now.
+        let root = &self.plan.project.root;
+        let mut ours = |p: &str| -> std::io::Result<workspace::Held> {
+            match pending.landings.iter().rev().find_map(|l| theirs_at(&l.changes, p)) {
+                Some(held) => Ok(held),
+                None => workspace::read_held(root, p),
+            }
+        };
+        let by_user: Vec<String> = match workspace::merge_set(&landing.changes, &mut ours) {
+            Ok(_) => Vec::new(),
+            Err(workspace::SetError::Conflicts(c)) => {
+                c.into_iter().filter(|c| !by_tasks.iter().any(|(q, _)| *q == c.path)).map(|c| c.to_string()).collect()
+            }
+            Err(workspace::SetError::Io(e)) => vec![format!("cannot be read ({e})")],
+        };
         if !by_tasks.is_empty() || !by_user.is_empty() {
             withdraw(self, landing.recorded.take());
             return Err(Conflicts { by_tasks, by_user });
@@ -215,6 +236,7 @@ impl Runner {
         // the flush sees the tree.
         pending.stack.clear();
         pending.tiers.clear();
+        let mut overlay = pending.written.clone();
         drop(pending);
         if landings.is_empty() {
             return Vec::new();
@@ -225,56 +247,63 @@ impl Runner {
         let mut kept: Vec<Landing> = Vec::new();
         let mut dropped_paths: BTreeSet<String> = BTreeSet::new();
         let mut dropped_tasks: HashSet<String> = HashSet::new();
+        // What the tree will hold at each path merged so far, by the
+        // changes kept before (each merged over the one before it).
+        let mut merged: BTreeMap<String, Merged> = BTreeMap::new();
         for mut l in landings {
-            let kept_paths: BTreeSet<&str> = kept.iter().flat_map(|k| changed_paths(&k.changes)).collect();
-            let in_view = |p: &str| kept_paths.contains(p);
             let paths = changed_paths(&l.changes);
-            let user = workspace::conflicts(root, &l.changes, l.started, &in_view);
-            let reason = if !user.is_empty() {
-                Some(Conflicts { by_tasks: Vec::new(), by_user: user }.reason(&l.patch))
-            } else if let Some(dep) = l.t.key.spec.depends_on.iter().find(|d| dropped_tasks.contains(*d)) {
-                Some(format!(
+            let mut ours = |p: &str| -> std::io::Result<workspace::Held> {
+                match merged.get(p) {
+                    Some(Merged::Write { bytes, mode }) => Ok(workspace::Held::Entry(bytes.clone(), *mode)),
+                    Some(Merged::Delete) => Ok(workspace::Held::Absent),
+                    _ => workspace::read_held(root, p),
+                }
+            };
+            let reason = if let Some(dep) = l.t.key.spec.depends_on.iter().find(|d| dropped_tasks.contains(*d)) {
+                Err(format!(
                     "dependency `{dep}` could not be integrated; nothing was integrated (the patch is in {})",
                     l.patch.display()
                 ))
             } else if let Some(p) = paths.iter().find(|p| dropped_paths.contains(**p)) {
-                Some(format!(
+                Err(format!(
                     "conflict: {p} was changed by a task that could not be integrated; nothing was integrated (the patch is in {})",
                     l.patch.display()
                 ))
             } else {
-                None
+                match workspace::merge_set(&l.changes, &mut ours) {
+                    Ok(writes) => Ok(writes),
+                    Err(workspace::SetError::Conflicts(c)) => {
+                        Err(Conflicts { by_tasks: Vec::new(), by_user: c.iter().map(|c| c.to_string()).collect() }
+                            .reason(&l.patch))
+                    }
+                    Err(workspace::SetError::Io(e)) => Err(format!(
+                        "cannot read the tree to merge the change: {e}; nothing was integrated (the patch is in {})",
+                        l.patch.display()
+                    )),
+                }
             };
             match reason {
-                Some(reason) => {
+                Ok(writes) => {
+                    merged.extend(writes);
+                    kept.push(l);
+                }
+                Err(reason) => {
                     withdraw(self, l.recorded.take());
                     dropped_paths.extend(paths.iter().map(|p| (*p).to_owned()));
                     dropped_tasks.insert(l.t.task.name.clone());
                     out.push(Flushed::NotWritten { task: l.t.task.name.clone(), reason });
                 }
-                None => kept.push(l),
             }
         }
         let sets: Vec<&ChangeSet> = kept.iter().map(|l| &l.changes).collect();
         let mut transaction = cassist_core::journal::Transaction::new(root);
+        // The tree as cassist's own view leaves it: the tasks' results,
+        // never a user's edit merged into them, for their after-states.
         let folded = workspace::fold(&sets);
-        // The tree as the changes will leave it, for their after-states.
-        let mut overlay = cassist_core::plan::state::Overlay::default();
         for (path, op) in &folded {
             overlay.lay_content("", path, *op);
         }
-        let mut io_error = None;
-        // Deletions first: a folder may give way to a file.
-        for (path, _) in folded.iter().filter(|(_, op)| op.is_none()) {
-            transaction.delete(path);
-        }
-        for (path, op) in &folded {
-            if let Some((bytes, mode)) = op
-                && let Err(e) = transaction.write(path, bytes, *mode)
-            {
-                io_error = Some(e);
-            }
-        }
+        let io_error = workspace::write_merged(&mut transaction, &merged).err();
         failpoint::hit("flush-checked");
         if let Some(e) = io_error {
             return cannot_write(self, kept, out, &e);
@@ -297,6 +326,7 @@ impl Runner {
             return cannot_write(self, kept, out, &e);
         }
         out.extend(lines.into_iter().map(|(task, line, hashed)| Flushed::Written { task, line, hashed }));
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).written = overlay;
         out
     }
 }
@@ -317,12 +347,28 @@ fn cannot_write(runner: &Runner, kept: Vec<Landing>, mut out: Vec<Flushed>, e: &
     out
 }
 
+/// What `changes` leave at `p`, when they touch it.
+fn theirs_at(changes: &ChangeSet, p: &str) -> Option<workspace::Held> {
+    changes.changes.iter().rev().find_map(|c| {
+        if c.path == p {
+            Some(match &c.new {
+                Some(b) => workspace::Held::Entry(b.clone(), c.mode),
+                None => workspace::Held::Absent,
+            })
+        } else if matches!(&c.kind, ChangeKind::Renamed { from } if from == p) {
+            Some(workspace::Held::Absent)
+        } else {
+            None
+        }
+    })
+}
+
 /// The paths a change writes or removes.
 fn changed_paths(changes: &ChangeSet) -> BTreeSet<&str> {
     let mut out = BTreeSet::new();
     for c in &changes.changes {
         out.insert(c.path.as_str());
-        if let cassist_core::changes::ChangeKind::Renamed { from } = &c.kind {
+        if let ChangeKind::Renamed { from } = &c.kind {
             out.insert(from.as_str());
         }
     }
@@ -397,20 +443,11 @@ impl Landing {
     pub fn new(
         t: &PlannedTask,
         changes: &ChangeSet,
-        started: i128,
         replayed: Option<&Entry>,
         recorded: Option<Recorded>,
         patch: PathBuf,
     ) -> Landing {
-        Landing {
-            t: t.clone(),
-            changes: changes.clone(),
-            started,
-            replayed: replayed.cloned(),
-            recorded,
-            patch,
-            seq: 0,
-        }
+        Landing { t: t.clone(), changes: changes.clone(), replayed: replayed.cloned(), recorded, patch, seq: 0 }
     }
 }
 

@@ -121,10 +121,8 @@ fn land(
 ) -> Result<bool, Failure> {
     let was_recorded = recorded.is_some();
     let ws = task.workspace();
-    let landing = Landing::new(task.task(), changes, ws.started(), replayed, recorded, patch.clone());
-    let stack = ws.stack();
-    let in_view = |p: &str| stack.iter().any(|l| l.paths().contains(p));
-    match task.runner().land(landing, layer, ws.view, &in_view) {
+    let landing = Landing::new(task.task(), changes, replayed, recorded, patch.clone());
+    match task.runner().land(landing, layer, ws.view) {
         Ok(()) => Ok(was_recorded),
         Err(conflicts) => Err(Failure::failed(conflicts.reason(&patch))),
     }

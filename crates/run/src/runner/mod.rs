@@ -359,6 +359,9 @@ impl Runner {
         ws.limits = self.plan.project.config.limits;
         // What the scope names is part of the change even when ignored.
         ws.name_literally(crate::review::Scope::new(&t.key.spec.scope).literals()).map_err(cannot)?;
+        // The base the change is merged against, whatever the user edits
+        // while the task runs.
+        ws.keep_start(&t.key.spec.scope).map_err(cannot)?;
         Ok(ws)
     }
 }

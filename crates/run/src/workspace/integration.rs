@@ -1,13 +1,16 @@
 //! Writing a task's change into the user's tree ([`integrate`]): what is
-//! never written ([`never_written`]), and what the user changed since the
-//! task started ([`start_stamp`], [`conflicts`]).
+//! never written ([`never_written`]), each path merged three-way with what
+//! the tree holds now ([`super::threeway`]), and when the task started
+//! ([`start_stamp`]: a path the tree changed at since has no known base
+//! unless a copy of it was kept).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use super::tree::files_below;
+use super::threeway::{PathConflict, SetError, merge_set, read_held};
 use cassist_core::changes::{Change, ChangeKind, ChangeSet};
 use cassist_core::journal;
+use cassist_core::merge::Merged;
 use cassist_core::paths::{Stamp, is_reserved};
 
 /// When a task started, as the project's own file system stamps a change
@@ -50,9 +53,10 @@ pub struct Integrated {
 /// Why integration did not happen. The user's tree is unchanged.
 #[derive(Debug, thiserror::Error)]
 pub enum IntegrateError {
-    /// Files the user changed since the workspace was made.
-    #[error("conflict: changed in the project meanwhile: {}", .0.join(", "))]
-    Conflict(Vec<String>),
+    /// Paths whose edits since the task started do not merge with the
+    /// change (each with why).
+    #[error("conflict: {}", .0.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", "))]
+    Conflict(Vec<PathConflict>),
     /// Changes that are never written, whatever the review said (special
     /// files and bits, symlinks leaving the project, names that are not
     /// UTF-8, unread files): each with why.
@@ -81,69 +85,6 @@ pub fn never_written(c: &Change) -> Option<String> {
     })
 }
 
-/// The paths of `changes` the project's tree at `root` no longer shows as
-/// the task that made them saw it when it started at `started` ([`start_stamp`]),
-/// sorted: O(change), no other file is looked at. A path is a conflict
-/// when:
-/// - it exists and its ctime is at or after the start (the user, or
-///   anything else, changed it since; nothing sets a ctime back);
-/// - the change expects it (a modified, deleted or renamed file) and it
-///   is gone;
-/// - it is a folder the change replaces by a file, and the folder holds a
-///   file the change does not remove;
-/// - a file stands where the change needs a folder on its way.
-///
-/// A path `in_view` says an integration layer under the task's workspace
-/// (not yet in the tree) changed is a conflict only when it exists in the
-/// tree with a ctime at or after the start.
-pub fn conflicts(root: &Path, changes: &ChangeSet, started: i128, in_view: &dyn Fn(&str) -> bool) -> Vec<String> {
-    // Paths the change set removes (a folder may give way to a file).
-    let removed: std::collections::HashSet<&str> = changes
-        .changes
-        .iter()
-        .flat_map(|c| match &c.kind {
-            ChangeKind::Deleted => vec![c.path.as_str()],
-            ChangeKind::Renamed { from } => vec![from.as_str()],
-            _ => Vec::new(),
-        })
-        .collect();
-    let changed_since = |m: &std::fs::Metadata| Stamp::of(m).ctime_ns >= started;
-    let mut out = Vec::new();
-    let mut check = |rel: &str, expected: bool| {
-        let conflict = match std::fs::symlink_metadata(root.join(rel)) {
-            Ok(m) if changed_since(&m) => true,
-            _ if in_view(rel) => false,
-            // A folder the change replaces by a file: fine when every file
-            // it holds is removed by the change too.
-            Ok(m) if m.is_dir() => {
-                !files_below(&root.join(rel), root).iter().all(|p| p.to_str().is_some_and(|p| removed.contains(p)))
-            }
-            Ok(_) => false,
-            Err(_) if expected => true,
-            // Absent, as the change expects: a file on its way that stands
-            // where a folder must be is the user's.
-            Err(_) => Path::new(rel)
-                .ancestors()
-                .skip(1)
-                .filter(|a| !a.as_os_str().is_empty())
-                .find_map(|a| std::fs::symlink_metadata(root.join(a)).ok().map(|m| (a, m)))
-                .is_some_and(|(a, m)| !m.is_dir() && !a.to_str().is_some_and(|a| removed.contains(a))),
-        };
-        if conflict {
-            out.push(rel.to_owned());
-        }
-    };
-    for c in &changes.changes {
-        check(&c.path, !matches!(c.kind, ChangeKind::Added | ChangeKind::Renamed { .. }));
-        if let ChangeKind::Renamed { from } = &c.kind {
-            check(from, true);
-        }
-    }
-    out.sort();
-    out.dedup();
-    out
-}
-
 /// Begins writing `changes` into the user's tree at `root`, uncommitted,
 /// as a journaled transaction ([`cassist_core::journal`]): the files are written
 /// when this returns, and the transaction stays open until the caller
@@ -151,28 +92,37 @@ pub fn conflicts(root: &Path, changes: &ChangeSet, started: i128, in_view: &dyn 
 /// cassist's open transaction is rolled back by the next command.
 ///
 /// A change integration must never write ([`never_written`]) refuses the
-/// whole set; then the changed paths are checked against the task's start
-/// ([`conflicts`]): one changed meanwhile is a conflict and nothing is
-/// written. Modes are written without special bits.
-pub fn integrate(root: &Path, changes: &ChangeSet, started: i128) -> Result<journal::Open, IntegrateError> {
+/// whole set; then every path is merged three-way into the tree as it is
+/// ([`merge_set`]): one that conflicts leaves the whole set out, and
+/// nothing is written. Modes are written without special bits.
+pub fn integrate(root: &Path, changes: &ChangeSet) -> Result<journal::Open, IntegrateError> {
     let refused: Vec<String> =
         changes.changes.iter().filter_map(|c| never_written(c).map(|why| format!("{}: {why}", c.path))).collect();
     if !refused.is_empty() {
         return Err(IntegrateError::Refused(refused));
     }
-    let conflicts = conflicts(root, changes, started, &|_| false);
-    if !conflicts.is_empty() {
-        return Err(IntegrateError::Conflict(conflicts));
-    }
+    let merged = match merge_set(changes, &mut |p| read_held(root, p)) {
+        Ok(m) => m,
+        Err(SetError::Conflicts(c)) => return Err(IntegrateError::Conflict(c)),
+        Err(SetError::Io(e)) => return Err(IntegrateError::Io(e)),
+    };
     let mut transaction = journal::Transaction::new(root);
-    for c in &changes.changes {
-        if let ChangeKind::Renamed { from } = &c.kind {
-            transaction.delete(from);
-        }
-        match &c.new {
-            Some(bytes) => transaction.write(&c.path, bytes, c.mode).map_err(IntegrateError::Io)?,
-            None => transaction.delete(&c.path),
+    write_merged(&mut transaction, &merged).map_err(IntegrateError::Io)?;
+    Ok(transaction.begin()?)
+}
+
+/// Puts merged paths into a transaction (deletions are ordered first by
+/// the transaction itself).
+pub fn write_merged(
+    transaction: &mut journal::Transaction,
+    merged: &std::collections::BTreeMap<String, Merged>,
+) -> std::io::Result<()> {
+    for (path, m) in merged {
+        match m {
+            Merged::Write { bytes, mode } => transaction.write(path, bytes, *mode)?,
+            Merged::Delete => transaction.delete(path),
+            Merged::Keep => {}
         }
     }
-    Ok(transaction.begin()?)
+    Ok(())
 }

@@ -62,8 +62,10 @@ mod layers;
 mod lowers;
 mod overlay;
 mod probe;
+mod start;
 #[cfg(test)]
 mod test_support;
+mod threeway;
 mod tree;
 mod wrapper;
 
@@ -80,9 +82,10 @@ use cassist_sandbox::process;
 use cassist_sandbox::sandbox::{ExecSpec, Jail, Overlay};
 
 pub use cleanup::{finish_removals, remove_kept, remove_stale, remove_stale_in_background, remove_tree};
-pub use integration::{IntegrateError, Integrated, conflicts, integrate, never_written, start_stamp};
+pub use integration::{IntegrateError, Integrated, integrate, never_written, start_stamp, write_merged};
 pub use layers::{IntegrationLayer, fold, layers_home, remove_layers};
 pub use probe::{detect_mode, forget_probe};
+pub use threeway::{Held, PathConflict, SetError, merge_set, read_held};
 pub use wrapper::wrapper_program;
 
 use copy::CopyBacking;
@@ -268,6 +271,9 @@ pub struct Workspace {
     /// Ignored entries the agent wrote, as the last
     /// [`changes`](Self::changes) found them (a folder ends with `/`).
     ignored: Vec<String>,
+    /// What the view held when it was fixed, the base of the change
+    /// ([`keep_start`](Self::keep_start)).
+    start: start::Start,
 }
 
 impl Workspace {
@@ -322,7 +328,18 @@ impl Workspace {
             ignored: Vec::new(),
             build_stack: Vec::new(),
             view: 0,
+            start: start::Start::none(started),
         })
+    }
+
+    /// Copies aside the files of the project that `scope` names, as they
+    /// are now: the base the change is merged against when it is written
+    /// into the user's tree, whatever the user edits meanwhile (see
+    /// [`start`]). Called before anything runs in the workspace.
+    pub fn keep_start(&mut self, scope: &[String]) -> Result<(), Error> {
+        let dir = self.base().join("start");
+        self.start = start::Start::capture(&self.root, &dir, scope, self.started)?;
+        Ok(())
     }
 
     /// The base folder (upper and work dirs, or the copy).
@@ -464,7 +481,10 @@ impl Workspace {
         ignored.retain(|p| !self.placed.contains(p));
         ignored.sort();
         self.ignored = ignored;
-        Ok(ChangeSet { changes: detect_renames(raw.into_values().collect()) })
+        let mut changes = detect_renames(raw.into_values().collect());
+        let stack = self.stack();
+        self.start.fix(&self.root, &mut changes, &|p| stack.iter().any(|l| l.paths().contains(p)));
+        Ok(ChangeSet { changes })
     }
 
     /// Keeps the workspace on disk for the user instead of removing it,
@@ -492,7 +512,7 @@ impl Workspace {
     /// Begins integrating `changes` into the user's tree: the transaction
     /// is open; see [`integrate`].
     pub fn begin_integration(&self, changes: &ChangeSet) -> Result<journal::Open, IntegrateError> {
-        integrate(&self.root, changes, self.started)
+        integrate(&self.root, changes)
     }
 
     /// When the task started ([`start_stamp`]).
