@@ -10,9 +10,9 @@
 //!    (or noted absent);
 //! 2. the journal, `.cassist/journal`, is written: every path with its new
 //!    and old content and mode, the folders the transaction makes, the lock
-//!    lines, and a checksum of all that; it is written beside (a temp
-//!    file), synced and renamed in, and `.cassist/` is synced. Nothing of
-//!    the tree is touched before;
+//!    lines and what the lock held for their tasks, and a checksum of all
+//!    that; it is written beside (a temp file), synced and renamed in, and
+//!    `.cassist/` is synced. Nothing of the tree is touched before;
 //! 3. each file is written through a temp file named `.cassist-tmp-*` in
 //!    its own folder (written, synced, renamed over the file), or unlinked;
 //!    deletions go first (a folder may give way to a file), folders left
@@ -41,8 +41,8 @@
 //! new one, one the user edited gets the merge of the edit and the
 //! change) and its lock lines written; where an edit conflicts with the
 //! change, nothing is written forward and the whole transaction is rolled
-//! back instead, without its lock lines (its tasks are replayed from the
-//! store). An open journal, or a committed one whose new contents are no
+//! back instead, the lock's lines for its tasks as they were before (its
+//! tasks are replayed from the store). An open journal, or a committed one whose new contents are no
 //! longer whole in the store, is rolled back: a path that holds its new
 //! content gets its old one back, one the user edited since gets the
 //! change taken out of the edit, or, where that conflicts, is left as the
@@ -127,6 +127,11 @@ struct Journal {
     /// The folders the writes make (absent before), shallowest first.
     made: Vec<String>,
     lock: Vec<LockLine>,
+    /// What the lock held for the tasks of `lock` before (`None`: no
+    /// line): put back when a committed journal is turned back, since
+    /// its lines may be written already.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    lock_before: Vec<LockLine>,
 }
 
 impl Journal {
@@ -234,6 +239,7 @@ impl Transaction {
                 steps: Vec::new(),
                 made: Vec::new(),
                 lock: lock.unwrap_or_default(),
+                lock_before: Vec::new(),
             },
             written: false,
             ended: true,
@@ -269,6 +275,7 @@ impl Transaction {
         }
         open.journal.made = made_folders(&open.root, &steps);
         open.journal.steps = steps;
+        open.journal.lock_before = lock_before(&open.root, &open.journal.lock);
         failpoint::hit("flush-begin");
         write_journal(&open.root, &open.journal)?;
         open.written = true;
@@ -332,6 +339,7 @@ impl Open {
         if self.written && !lock.is_empty() {
             let mut committed = self.journal.clone();
             committed.committed = true;
+            committed.lock_before = lock_before(&self.root, &lock);
             committed.lock = lock.clone();
             write_journal(&self.root, &committed)?;
             self.journal = committed;
@@ -372,6 +380,17 @@ impl Open {
         remove_journal(&self.root, self.journal.steps.len())?;
         if back.kept.is_empty() { Ok(()) } else { Err(JournalError::NotRestored(back.kept)) }
     }
+}
+
+/// The lines the lock holds now for the tasks of `lines` (`None` where it
+/// has none); nothing when it does not read (then it cannot be written
+/// either).
+fn lock_before(root: &Path, lines: &[LockLine]) -> Vec<LockLine> {
+    if lines.is_empty() {
+        return Vec::new();
+    }
+    let Ok(lock) = Lock::load(root) else { return Vec::new() };
+    lines.iter().map(|l| LockLine { task: l.task.clone(), entry: lock.tasks.get(&l.task).cloned() }).collect()
 }
 
 /// Marks a committed journal that is being turned back as open again, so

@@ -162,9 +162,13 @@ pub fn recover(root: &Path) -> Option<Recovered> {
     let forward_ok = journal.committed && journal.steps.iter().all(|s| whole(&s.new));
     let mut problems = Vec::new();
     let mut lock_lines = 0;
+    // Turned back: the files, then the lock lines it may have written.
     let back = |journal: &mut super::Journal, problems: &mut Vec<String>| {
         reopen(root, journal);
         problems.extend(backward(root, &store, &journal.steps, &journal.made, RECOVER).all());
+        if let Err(e) = Lock::update(root, &journal.lock_before) {
+            problems.push(format!("{}: {e}", crate::lock::LOCK_FILE));
+        }
     };
     let outcome = if forward_ok {
         match roll_forward(root, &store, &journal.steps, RECOVER) {

@@ -697,3 +697,40 @@ fn a_transaction_expecting_what_the_caller_saw_refuses_a_tree_that_moved_on() {
     t.apply(vec![line("t")]).unwrap();
     assert_eq!(text(root, "text.txt"), TEXT_NEW);
 }
+
+#[test]
+fn a_conflict_found_once_the_lock_lines_were_written_puts_the_lock_back() {
+    let dir = text_project();
+    let root = dir.path();
+    // The lock's line for `t` before, and one for `u`, which the
+    // transaction adds.
+    let mut earlier = line("t");
+    earlier.entry.as_mut().unwrap().before = "t-earlier".into();
+    Lock::update(root, std::slice::from_ref(&earlier)).unwrap();
+    let open = text_change(root).start(Some(vec![line("t"), line("u")])).unwrap();
+    // Killed once the files and the lock lines were written.
+    Lock::update(root, &open.journal.lock).unwrap();
+    std::mem::forget(open);
+    edit_line(root, "text.txt", 1, "the user's line");
+    let r = recover(root).unwrap();
+    assert!(matches!(r.outcome, Outcome::Conflicted(_)), "{r}");
+    let lock = Lock::load(root).unwrap();
+    assert_eq!(lock.tasks.keys().collect::<Vec<_>>(), ["t"], "the line the transaction added is gone");
+    assert_eq!(lock.tasks["t"], earlier.entry.unwrap(), "the earlier line is back");
+    assert_eq!(text(root, "text.txt"), "the user's line\n2\n3\n4\n5\n");
+    assert_eq!(text(root, "gone.txt"), "gone\n");
+}
+
+#[test]
+fn a_journal_without_the_lock_before_reads_as_one_with_nothing_to_put_back() {
+    // Journals written before the field existed still parse.
+    let dir = text_project();
+    let root = dir.path();
+    let open = text_change(root).start(Some(Vec::new())).unwrap();
+    let json = serde_json::to_string(&open.journal).unwrap();
+    std::mem::forget(open);
+    assert!(!json.contains("lock_before"), "{json}");
+    let back: Journal = serde_json::from_str(&json).unwrap();
+    assert!(back.lock_before.is_empty());
+    assert_eq!(recover(root).unwrap().outcome, Outcome::Completed);
+}
