@@ -5,7 +5,10 @@
 //! inside a file, and never half the change once the next command has
 //! run), no `.cassist-tmp-*` is left, the lock parses and the store reads;
 //! the run after that leaves the tree changed and never calls the agent
-//! again for a task that was recorded.
+//! again for a task that was recorded. The same with the user saving
+//! files between the kill and the next command: every edit survives the
+//! recovery byte for byte, and the task has a lock line only when its
+//! change is all in.
 //!
 //! The kills at each step use cassist's failpoints
 //! (`CASSIST_FAILPOINT=name:N`: SIGKILL at the N-th hit of `name`); each
@@ -499,4 +502,295 @@ fn reset(p: &Project, files: usize) {
     let _ = std::fs::remove_file(p.path().join("cassist.lock"));
     let _ = std::fs::remove_dir_all(p.path().join(".cassist/store"));
     let _ = std::fs::remove_file(p.out().join("count/calls"));
+}
+
+// Edits the user saves between a kill and the next command: the
+// recovery is three-way (the tree now is one side), so every such edit
+// survives it, byte for byte. An edit that merges with the change lets
+// an integration that was journaled be completed; one that conflicts
+// with it turns the whole integration back, and its lock line is not
+// written.
+
+/// The agent of [`lines_project`]: one line per call in
+/// `$COUNT_DIR/calls`, then the first line of every `src/*.txt` changed,
+/// `old/gone.txt` deleted, `new/dir/made.txt` made.
+const LINES_AGENT: &str = r#"#!/bin/sh
+set -eu
+echo "$CASSIST_TASK" >> "$COUNT_DIR/calls"
+for f in src/*.txt; do
+    sed -i '1s/$/, as the agent wrote it/' "$f"
+done
+rm old/gone.txt
+mkdir -p new/dir
+echo made > new/dir/made.txt
+printf '{"success": true, "summary": "changed"}\n' > "$CASSIST_RESULT_FILE"
+"#;
+
+/// The task of [`lines_project`]: no context, so the edits of the user
+/// are outputs edited, never inputs changed.
+const LINES_TASK: &str = r#"task "change" {
+    goal "Change the first line of every file."
+    scope {
+        path "src/**"
+        path "old/**"
+        path "new/**"
+    }
+}
+"#;
+
+/// Files `src/NNN.txt` of [`lines_project`].
+const LINE_FILES: usize = 4;
+
+fn text_old(i: usize) -> String {
+    format!("line 1 of {i:03}\nline 2\nline 3\nline 4\nline 5\n")
+}
+
+fn text_new(i: usize) -> String {
+    format!("line 1 of {i:03}, as the agent wrote it\nline 2\nline 3\nline 4\nline 5\n")
+}
+
+/// A project of [`LINE_FILES`] five-line files, `old/gone.txt` and a file
+/// of the user's the change does not touch, `docs/user.txt`, with the
+/// task `change` and its counting agent.
+fn lines_project() -> Project {
+    let test = (0..LINE_FILES).fold(
+        Test::trusted().tasks(LINES_TASK).file("old/gone.txt", "gone\n").file("docs/user.txt", "the user's own\n"),
+        |t, i| t.file(&format!("src/{i:03}.txt"), text_old(i)),
+    );
+    let p = test.build();
+    let count = p.out().join("count");
+    std::fs::create_dir_all(&count).unwrap();
+    let p = p.with_env("COUNT_DIR", count.to_str().unwrap());
+    let script = p.out().join("lines.sh");
+    write(&script, LINES_AGENT);
+    let config = format!(
+        "trust \"workspace-write\"\ntest #false\ndefaults {{\n    agent \"count\"\n}}\nagent \"count\" {{\n    command \"sh\" {:?}\n    pass-env \"COUNT_DIR\"\n}}\n",
+        script.display().to_string()
+    );
+    p.file("cassist.kdl", config);
+    p
+}
+
+/// Line `n` (from 1) of `text` set to `line`.
+fn with_line(text: &str, n: usize, line: &str) -> String {
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[n - 1] = line;
+    lines.join("\n") + "\n"
+}
+
+/// What the user does between the kill and the next command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Edits {
+    /// Edits that merge with the change: the last line of a file it
+    /// changes the first line of, a new file, a file of the user's it does
+    /// not touch deleted.
+    Merging,
+    /// Those, and edits that conflict with it: the very line it changes in
+    /// another file, a file it changes deleted, a file of the user's where
+    /// it makes one.
+    Conflicting,
+}
+
+const USERS_LINE_5: &str = "line 5, as the user saved it";
+const USERS_LINE_1: &str = "line 1, as the user saved it";
+const USERS_NOTES: &str = "the user's notes\n";
+const USERS_MADE: &str = "the user's, where the change makes a file\n";
+
+impl Edits {
+    /// Saves the edits into the tree as it is now.
+    fn make(self, root: &Path) {
+        let edit = |rel: &str, n: usize, line: &str| {
+            let now = std::fs::read_to_string(root.join(rel)).unwrap();
+            std::fs::write(root.join(rel), with_line(&now, n, line)).unwrap();
+        };
+        edit("src/000.txt", 5, USERS_LINE_5);
+        write(&root.join("notes/mine.txt"), USERS_NOTES);
+        std::fs::remove_file(root.join("docs/user.txt")).unwrap();
+        if self == Edits::Conflicting {
+            edit("src/001.txt", 1, USERS_LINE_1);
+            std::fs::remove_file(root.join("src/002.txt")).unwrap();
+            write(&root.join("new/dir/made.txt"), USERS_MADE);
+        }
+    }
+
+    /// Every path the change or the user touch, as the tree must hold it
+    /// (`None`: absent) with the change in or out, and every edit of the
+    /// user's in.
+    fn expected(self, change_in: bool) -> Vec<(String, Option<String>)> {
+        let src = |i: usize| if change_in { text_new(i) } else { text_old(i) };
+        let mut tree: Vec<(String, Option<String>)> =
+            (0..LINE_FILES).map(|i| (format!("src/{i:03}.txt"), Some(src(i)))).collect();
+        tree[0].1 = Some(with_line(&src(0), 5, USERS_LINE_5));
+        tree.push(("old/gone.txt".into(), (!change_in).then(|| "gone\n".into())));
+        tree.push(("new/dir/made.txt".into(), change_in.then(|| "made\n".into())));
+        tree.push(("notes/mine.txt".into(), Some(USERS_NOTES.into())));
+        tree.push(("docs/user.txt".into(), None));
+        if self == Edits::Conflicting {
+            tree[1].1 = Some(with_line(&src(1), 1, USERS_LINE_1));
+            tree[2].1 = None;
+            tree.push(("new/dir/made.txt".into(), Some(USERS_MADE.into())));
+        }
+        // The last word on a path is the user's.
+        let mut seen = std::collections::HashSet::new();
+        let mut tree: Vec<_> = tree.into_iter().rev().filter(|(p, _)| seen.insert(p.clone())).collect();
+        tree.reverse();
+        tree
+    }
+}
+
+/// The tree holds exactly `expected` on those paths, byte for byte, no
+/// temp file anywhere, and no folder the change made is left empty.
+#[track_caller]
+fn holds(p: &Project, expected: &[(String, Option<String>)], when: &str) {
+    for (rel, want) in expected {
+        let got = std::fs::read(p.path().join(rel)).ok().map(|b| String::from_utf8(b).unwrap());
+        assert_eq!(got.as_deref(), want.as_deref(), "{when}: {rel}");
+    }
+    if !p.path().join("new/dir").exists() {
+        assert!(!p.path().join("new").exists(), "{when}: an empty new/ is left");
+    }
+    for e in walkdir::WalkDir::new(p.path()).into_iter().filter_entry(|e| e.file_name() != "store") {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy();
+        assert!(!name.starts_with(".cassist-tmp-"), "{when}: temp file left: {}", e.path().display());
+    }
+}
+
+/// Where a kill at `point` leaves the change once the next command
+/// recovered, with `edits` saved in between: in or out.
+fn change_in_after(point: &str, edits: Edits) -> bool {
+    match point {
+        // No journal yet: nothing of the change reached the tree.
+        "flush-begin" | "flush-checked" => false,
+        // The journal is gone: the change is all in, the edits came after.
+        "flush-done" => true,
+        // Journaled: completed with the edits merged, or turned back as a
+        // whole when one conflicts.
+        _ => edits == Edits::Merging,
+    }
+}
+
+/// Kills `cassist run` at every hit of `point`, saves `edits`, lets the
+/// next command recover, and checks the tree, the lock, and the runs
+/// after.
+fn every_hit_with_edits(point: &str, edits: Edits) {
+    let mut n = 1;
+    loop {
+        let p = lines_project();
+        let when = format!("{point}:{n}, {edits:?}");
+        let out = p.run(&[]).env("CASSIST_FAILPOINT", format!("{point}:{n}")).any_status().exec();
+        if std::os::unix::process::ExitStatusExt::signal(&out.status) != Some(9) {
+            assert!(n > 1, "{point} was never hit:\n{}", out.transcript());
+            out.assert_code(0);
+            return;
+        }
+        let journaled = p.path().join(".cassist/journal").exists();
+        assert_eq!(journaled, !matches!(point, "flush-begin" | "flush-checked" | "flush-done"), "{when}");
+        edits.make(p.path());
+        let change_in = change_in_after(point, edits);
+        let expected = edits.expected(change_in);
+        // The next command recovers.
+        let (state, plan_out) = plan(&p);
+        let when = format!("{when}, after the recovery");
+        holds(&p, &expected, &when);
+        assert!(!p.path().join(".cassist/journal").exists(), "{when}:\n{}", plan_out.transcript());
+        if journaled {
+            let said = if change_in { "completed the integration" } else { "your edits were kept" };
+            assert!(plan_out.stderr.contains(said), "{when}: {said:?} not said:\n{}", plan_out.transcript());
+        }
+        let lock = cassist_core::lock::Lock::load(p.path()).unwrap();
+        assert_eq!(lock.tasks.contains_key("change"), change_in, "{when}: the lock line\n{}", plan_out.transcript());
+        consistent(&p, &when);
+        assert!(["up-to-date", "replay"].contains(&state.as_str()), "{when}: {state}\n{}", plan_out.transcript());
+        later_runs_end_consistent(&p, &when);
+        n += 1;
+    }
+}
+
+/// The run after a recovery: exit 0 with the task replayed, up-to-date,
+/// or (where replaying would conflict with an edit) run and passed; the
+/// agent runs again only then; the files the change does not touch are
+/// as the user left them; and the task is up-to-date afterwards.
+#[track_caller]
+fn later_runs_end_consistent(p: &Project, when: &str) {
+    let out = p.run(&[]).exec();
+    let state = out.states()["change"].clone();
+    let calls_expected = if state == "passed" { 2 } else { 1 };
+    assert!(["replayed", "up-to-date", "passed"].contains(&state.as_str()), "{when}: {state}\n{}", out.transcript());
+    assert_eq!(calls(p), calls_expected, "{when}: agent calls ({state})\n{}", out.transcript());
+    let users: Vec<(String, Option<String>)> =
+        vec![("notes/mine.txt".into(), Some(USERS_NOTES.into())), ("docs/user.txt".into(), None)];
+    holds(p, &users, &format!("{when}, the next run"));
+    consistent(p, &format!("{when}, the next run"));
+    let (state, out) = plan(p);
+    assert_eq!(state, "up-to-date", "{when}, after the next run:\n{}", out.transcript());
+}
+
+/// Every step of a flush, killed, then edits that merge with the change.
+#[test]
+fn killed_at_any_step_of_a_flush_then_edits_that_merge_are_all_kept() {
+    for point in ["flush-begin", "flush-checked", "flush-journal", "flush-temp", "flush-file", "flush-applied"] {
+        every_hit_with_edits(point, Edits::Merging);
+    }
+}
+
+#[test]
+fn killed_once_the_files_are_written_then_edits_that_merge_are_all_kept() {
+    for point in ["flush-lock", "flush-done"] {
+        every_hit_with_edits(point, Edits::Merging);
+    }
+}
+
+/// Every step of a flush, killed, then edits that conflict with the
+/// change: a journaled change is turned back as a whole, every edit kept.
+#[test]
+fn killed_at_any_step_of_a_flush_then_conflicting_edits_turn_the_change_back() {
+    for point in ["flush-begin", "flush-checked", "flush-journal", "flush-temp", "flush-file", "flush-applied"] {
+        every_hit_with_edits(point, Edits::Conflicting);
+    }
+}
+
+/// Killed after the lock line was written: the conflict takes it out
+/// again.
+#[test]
+fn killed_once_the_files_are_written_then_conflicting_edits_turn_the_change_back() {
+    for point in ["flush-lock", "flush-done"] {
+        every_hit_with_edits(point, Edits::Conflicting);
+    }
+}
+
+/// Killed half-way through a flush, edits saved, then the recovery
+/// itself killed at every step: the command after that recovers the same
+/// way, every edit kept.
+#[test]
+fn killed_while_recovering_with_edits_the_next_command_keeps_them_all() {
+    for edits in [Edits::Merging, Edits::Conflicting] {
+        for point in ["recover-temp", "recover-file"] {
+            let mut n = 1;
+            loop {
+                let p = lines_project();
+                let out = p.run(&[]).env("CASSIST_FAILPOINT", "flush-file:3").any_status().exec();
+                assert_eq!(std::os::unix::process::ExitStatusExt::signal(&out.status), Some(9), "{}", out.transcript());
+                edits.make(p.path());
+                let failpoint = format!("{point}:{n}");
+                let when = format!("{failpoint}, {edits:?}");
+                let out = p.cassist(&["plan"]).env("CASSIST_FAILPOINT", &failpoint).any_status().exec();
+                let killed = std::os::unix::process::ExitStatusExt::signal(&out.status) == Some(9);
+                let (state, plan_out) = plan(&p);
+                let expected = edits.expected(edits == Edits::Merging);
+                holds(&p, &expected, &format!("{when}, recovered"));
+                assert!(!p.path().join(".cassist/journal").exists(), "{when}:\n{}", plan_out.transcript());
+                let lock = cassist_core::lock::Lock::load(p.path()).unwrap();
+                assert_eq!(lock.tasks.contains_key("change"), edits == Edits::Merging, "{when}");
+                consistent(&p, &when);
+                assert!(["up-to-date", "replay"].contains(&state.as_str()), "{when}: {state}");
+                if !killed {
+                    assert!(n > 1, "{point} was never hit:\n{}", out.transcript());
+                    later_runs_end_consistent(&p, &when);
+                    break;
+                }
+                n += 1;
+            }
+        }
+    }
 }

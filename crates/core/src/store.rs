@@ -251,6 +251,11 @@ impl Store {
         self.object_path(hash).is_file()
     }
 
+    /// The length of an object, from its file (not read, not checked).
+    pub fn object_len(&self, hash: &str) -> Option<u64> {
+        std::fs::metadata(self.object_path(hash)).ok().filter(|m| m.is_file()).map(|m| m.len())
+    }
+
     /// The file of the entry recorded for input hash `before`.
     pub fn entry_path(&self, before: &str) -> PathBuf {
         self.dir.join("entries").join(format!("{before}.json"))

@@ -28,6 +28,13 @@ pub enum JournalError {
         source: StepError,
         problems: Vec<String>,
     },
+    /// `path` no longer held what the transaction found there when it
+    /// kept its old content (the user saved it meanwhile): the transaction
+    /// stopped before writing it, what it wrote was taken back out, and
+    /// the path is as the user left it. `problems`: as for
+    /// [`JournalError::Write`].
+    #[error("{path} changed while being written{}", also(.problems))]
+    Changed { path: String, problems: Vec<String> },
     /// Rolling back left these paths (each with why) other than they
     /// were; the journal stays, and the next command tries again.
     #[error("could not restore {}", .0.join("; "))]
@@ -59,6 +66,10 @@ pub enum StepError {
     /// socket, a device): a transaction does not replace it.
     #[error("cannot replace `{0}`: not a file, a symlink or a folder")]
     Special(String),
+    /// The path no longer holds what the step was decided on: it is not
+    /// written over.
+    #[error("changed while being written")]
+    Changed,
     /// The content to write is missing from the store, or not whole.
     #[error(transparent)]
     Object(#[from] ObjectError),

@@ -10,13 +10,16 @@
 //!    (or noted absent);
 //! 2. the journal, `.cassist/journal`, is written: every path with its new
 //!    and old content and mode, the folders the transaction makes, the lock
-//!    lines, and a checksum of all that; it is written beside (a temp
-//!    file), synced and renamed in, and `.cassist/` is synced. Nothing of
-//!    the tree is touched before;
+//!    lines and what the lock held for their tasks, and a checksum of all
+//!    that; it is written beside (a temp file), synced and renamed in, and
+//!    `.cassist/` is synced. Nothing of the tree is touched before;
 //! 3. each file is written through a temp file named `.cassist-tmp-*` in
 //!    its own folder (written, synced, renamed over the file), or unlinked;
 //!    deletions go first (a folder may give way to a file), folders left
-//!    empty by a deletion go too;
+//!    empty by a deletion go too. Right before each rename (or unlink) the
+//!    path must still hold its old content: a file the user saved since
+//!    step 1 stops the transaction, which is rolled back
+//!    ([`JournalError::Changed`]), and the user's file stays as it is;
 //! 4. the lock lines are written, then the journal is removed and
 //!    `.cassist/` synced.
 //!
@@ -31,14 +34,24 @@
 //! is dropped is rolled back.
 //!
 //! [`recover()`] is what the next command does first with what a killed
-//! cassist left: a committed journal is rolled forward (every file written
-//! again, which is idempotent) and its lock lines written; an open one,
-//! or a committed one whose new contents are no longer whole in the
-//! store, is rolled back with the old contents. Either way the temp files
-//! in the journal's folders are removed and the journal goes; a recovery
-//! killed half-way is simply done again. A journal that does not read
-//! back whole (its checksum) was never acted on, since the tree is touched
-//! only once the journal is complete: the tree is left as it is.
+//! cassist left. The user may have saved files between the kill and then,
+//! so each path is taken three-way, its content now being one side
+//! ([`crate::merge`]): a committed journal is rolled forward (a path that
+//! holds its new content stays, one that holds its old content gets the
+//! new one, one the user edited gets the merge of the edit and the
+//! change) and its lock lines written; where an edit conflicts with the
+//! change, nothing is written forward and the whole transaction is rolled
+//! back instead, the lock's lines for its tasks as they were before (its
+//! tasks are replayed from the store). An open journal, or a committed one whose new contents are no
+//! longer whole in the store, is rolled back: a path that holds its new
+//! content gets its old one back, one the user edited since gets the
+//! change taken out of the edit, or, where that conflicts, is left as the
+//! user made it. Either way the temp files in the journal's folders are
+//! removed and the journal goes; a recovery killed half-way is simply done
+//! again, the same way (a journal turned back is first rewritten as
+//! open). A journal that does not read back whole (its checksum) was
+//! never acted on, since the tree is touched only once the journal is
+//! complete: the tree is left as it is.
 //!
 //! One transaction at a time per project: the caller keeps them apart (the
 //! runner's integration lock, the project lock between processes).
@@ -68,6 +81,7 @@ use crate::changes::{S_IFLNK, S_IFMT, S_IFREG};
 use crate::failpoint;
 use crate::fsx::state_dir;
 use crate::lock::{Lock, LockLine};
+use crate::merge::Version;
 use crate::store::Store;
 pub use error::{JournalError, StepError, UnsafePath};
 pub use file::JOURNAL;
@@ -85,8 +99,10 @@ pub struct Content {
 }
 
 impl Content {
-    fn is_symlink(&self) -> bool {
-        self.mode & S_IFMT == S_IFLNK
+    /// The same content, type and permission bits as `hash` and `mode`.
+    fn is(&self, hash: &str, mode: u32) -> bool {
+        const KEPT: u32 = S_IFMT | 0o777;
+        self.hash == hash && self.mode & KEPT == mode & KEPT
     }
 }
 
@@ -111,6 +127,11 @@ struct Journal {
     /// The folders the writes make (absent before), shallowest first.
     made: Vec<String>,
     lock: Vec<LockLine>,
+    /// What the lock held for the tasks of `lock` before (`None`: no
+    /// line): put back when a committed journal is turned back, since
+    /// its lines may be written already.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    lock_before: Vec<LockLine>,
 }
 
 impl Journal {
@@ -136,12 +157,20 @@ pub struct Transaction {
     store: Store,
     writes: Vec<(String, Content)>,
     deletes: Vec<String>,
+    /// What the caller saw at a path (hash and mode; `None`: absent).
+    expected: Vec<(String, Option<(String, u32)>)>,
 }
 
 impl Transaction {
     /// A transaction on the project at `root` (its store is the project's).
     pub fn new(root: &Path) -> Transaction {
-        Transaction { root: root.to_path_buf(), store: Store::open(root), writes: Vec::new(), deletes: Vec::new() }
+        Transaction {
+            root: root.to_path_buf(),
+            store: Store::open(root),
+            writes: Vec::new(),
+            deletes: Vec::new(),
+            expected: Vec::new(),
+        }
     }
 
     /// `path` (relative to the root) gets `bytes`, stored now as an
@@ -164,6 +193,17 @@ impl Transaction {
     /// `path` is deleted (nothing if it is absent).
     pub fn delete(&mut self, path: &str) {
         self.deletes.push(path.to_owned());
+    }
+
+    /// The caller decided what to write at `path` on the tree holding
+    /// `old` there (`None`: absent), a merge's own side, say: the
+    /// transaction is refused ([`JournalError::Changed`], nothing written)
+    /// when the path holds anything else by the time its old content is
+    /// kept, and stopped as any write when it does right before its
+    /// rename.
+    pub fn expect(&mut self, path: &str, old: Option<Version<'_>>) {
+        let seen = old.map(|v| (blake3::hash(v.bytes).to_hex().to_string(), v.mode));
+        self.expected.push((path.to_owned(), seen));
     }
 
     /// No file to write or delete.
@@ -189,7 +229,7 @@ impl Transaction {
 
     /// Steps 1 to 3; `lock`: committed from the start, with these lines.
     fn start(self, lock: Option<Vec<LockLine>>) -> Result<Open, JournalError> {
-        let Transaction { root, store, writes, deletes } = self;
+        let Transaction { root, store, writes, deletes, expected } = self;
         let mut open = Open {
             root,
             store,
@@ -199,6 +239,7 @@ impl Transaction {
                 steps: Vec::new(),
                 made: Vec::new(),
                 lock: lock.unwrap_or_default(),
+                lock_before: Vec::new(),
             },
             written: false,
             ended: true,
@@ -221,25 +262,43 @@ impl Transaction {
                 continue;
             }
             let old = capture(&open.root, &open.store, &path).map_err(JournalError::Capture)?;
+            let seen = expected.iter().rev().find(|(p, _)| *p == path).map(|(_, seen)| seen);
+            let moved = match (seen, &old) {
+                (None, _) | (Some(None), None) => false,
+                (Some(Some((hash, mode))), Some(old)) => !old.is(hash, *mode),
+                (Some(_), _) => true,
+            };
+            if moved {
+                return Err(JournalError::Changed { path, problems: Vec::new() });
+            }
             steps.push(Step { path, new, old });
         }
         open.journal.made = made_folders(&open.root, &steps);
         open.journal.steps = steps;
+        open.journal.lock_before = lock_before(&open.root, &open.journal.lock);
         failpoint::hit("flush-begin");
         write_journal(&open.root, &open.journal)?;
         open.written = true;
         open.ended = false;
         failpoint::hit("flush-journal");
         if let Err((done, e)) = forward(&open.root, &open.store, &open.journal.steps, FLUSH) {
-            // What was written is taken back out; the rest was never touched.
+            // What was written is taken back out (three-way: the user may
+            // have saved one of them since); the step that failed and the
+            // rest were never written. Killed meanwhile, the next command
+            // goes on rolling back.
             remove_temps(&open.root, &open.journal.folders());
-            let problems = backward(&open.root, &open.store, &open.journal.steps[..=done], &open.journal.made, UNDO);
-            if problems.is_empty() {
+            reopen(&open.root, &mut open.journal);
+            let back = backward(&open.root, &open.store, &open.journal.steps[..done], &open.journal.made, UNDO);
+            if back.failed.is_empty() {
                 let _ = remove_journal(&open.root, open.journal.steps.len());
             }
             open.ended = true;
             let path = open.journal.steps[done].path.clone();
-            return Err(JournalError::Write { path, source: e, problems });
+            let problems = back.all();
+            return Err(match e {
+                StepError::Changed => JournalError::Changed { path, problems },
+                e => JournalError::Write { path, source: e, problems },
+            });
         }
         failpoint::hit("flush-applied");
         Ok(open)
@@ -280,6 +339,7 @@ impl Open {
         if self.written && !lock.is_empty() {
             let mut committed = self.journal.clone();
             committed.committed = true;
+            committed.lock_before = lock_before(&self.root, &lock);
             committed.lock = lock.clone();
             write_journal(&self.root, &committed)?;
             self.journal = committed;
@@ -310,12 +370,38 @@ impl Open {
             return Ok(());
         }
         remove_temps(&self.root, &self.journal.folders());
-        let problems = backward(&self.root, &self.store, &self.journal.steps, &self.journal.made, UNDO);
-        if !problems.is_empty() {
+        let back = backward(&self.root, &self.store, &self.journal.steps, &self.journal.made, UNDO);
+        if !back.failed.is_empty() {
             // The journal stays: the next command tries again.
-            return Err(JournalError::NotRestored(problems));
+            return Err(JournalError::NotRestored(back.all()));
         }
-        Ok(remove_journal(&self.root, self.journal.steps.len())?)
+        // The paths kept as the user edited them stay so: nothing is left
+        // to try again.
+        remove_journal(&self.root, self.journal.steps.len())?;
+        if back.kept.is_empty() { Ok(()) } else { Err(JournalError::NotRestored(back.kept)) }
+    }
+}
+
+/// The lines the lock holds now for the tasks of `lines` (`None` where it
+/// has none); nothing when it does not read (then it cannot be written
+/// either).
+fn lock_before(root: &Path, lines: &[LockLine]) -> Vec<LockLine> {
+    if lines.is_empty() {
+        return Vec::new();
+    }
+    let Ok(lock) = Lock::load(root) else { return Vec::new() };
+    lines.iter().map(|l| LockLine { task: l.task.clone(), entry: lock.tasks.get(&l.task).cloned() }).collect()
+}
+
+/// Marks a committed journal that is being turned back as open again, so
+/// that a cassist killed during the roll back is rolled back by the next
+/// command too, not forward. Should the rewrite fail, the next command
+/// decides afresh from the tree, which loses nothing either way.
+fn reopen(root: &Path, journal: &mut Journal) {
+    if journal.committed {
+        journal.committed = false;
+        journal.lock.clear();
+        let _ = write_journal(root, journal);
     }
 }
 

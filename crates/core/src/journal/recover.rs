@@ -4,9 +4,9 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::Content;
 use super::file::{INVALID, JOURNAL, JOURNAL_TMP, read_journal, remove_journal};
-use super::steps::{RECOVER, backward, forward, remove_temps, temps_in};
+use super::steps::{Forward, RECOVER, backward, remove_temps, roll_forward, temps_in};
+use super::{Content, reopen};
 use crate::fsx::{state_dir, sync_dir};
 use crate::lock::Lock;
 use crate::store::Store;
@@ -32,8 +32,14 @@ pub enum Outcome {
     Swept,
     /// Rolled forward, lock lines written.
     Completed,
-    /// Rolled back: every file as before.
+    /// Rolled back: every file as before (but the user's edits made
+    /// since, which are kept).
     RolledBack,
+    /// Rolled back instead of forward, its lock lines not written: files
+    /// the user edited since the kill conflict with the change (each path
+    /// with why). The user's edits are kept; its tasks are replayed from
+    /// the store.
+    Conflicted(Vec<String>),
     /// The journal did not read back whole (why): it never acted, the
     /// tree is as it was; it is kept as `.cassist/journal.invalid`.
     Unreadable(String),
@@ -55,6 +61,12 @@ impl std::fmt::Display for Recovered {
             Outcome::RolledBack => write!(
                 f,
                 "rolled back the integration a killed cassist left unfinished ({} file(s) as they were{temps}); its task is replayed from the store",
+                self.files
+            )?,
+            Outcome::Conflicted(paths) => write!(
+                f,
+                "rolled back the integration a killed cassist left unfinished instead of completing it: files edited since conflict with it ({}); your edits were kept and its tasks are replayed from the store ({} file(s){temps})",
+                paths.join("; "),
                 self.files
             )?,
             Outcome::Unreadable(why) => write!(
@@ -117,7 +129,7 @@ pub fn recover(root: &Path) -> Option<Recovered> {
     // touched yet.
     let mut temps = usize::from(std::fs::remove_file(state.join(JOURNAL_TMP)).is_ok());
     temps += sweep_own_folders(root);
-    let journal = match read_journal(root) {
+    let mut journal = match read_journal(root) {
         Ok(Some(j)) => j,
         Ok(None) => {
             temps += remove_temps(root, &[String::new()]);
@@ -150,24 +162,36 @@ pub fn recover(root: &Path) -> Option<Recovered> {
     let forward_ok = journal.committed && journal.steps.iter().all(|s| whole(&s.new));
     let mut problems = Vec::new();
     let mut lock_lines = 0;
+    // Turned back: the files, then the lock lines it may have written.
+    let back = |journal: &mut super::Journal, problems: &mut Vec<String>| {
+        reopen(root, journal);
+        problems.extend(backward(root, &store, &journal.steps, &journal.made, RECOVER).all());
+        if let Err(e) = Lock::update(root, &journal.lock_before) {
+            problems.push(format!("{}: {e}", crate::lock::LOCK_FILE));
+        }
+    };
     let outcome = if forward_ok {
-        match forward(root, &store, &journal.steps, RECOVER) {
-            Ok(()) => {
+        match roll_forward(root, &store, &journal.steps, RECOVER) {
+            Forward::Done => {
                 match Lock::update(root, &journal.lock) {
                     Ok(()) => lock_lines = journal.lock.len(),
                     Err(e) => problems.push(format!("{}: {e}", crate::lock::LOCK_FILE)),
                 }
                 Outcome::Completed
             }
-            Err((i, e)) => {
+            Forward::Conflicts(paths) => {
+                back(&mut journal, &mut problems);
+                Outcome::Conflicted(paths)
+            }
+            Forward::Failed(i, e) => {
                 // Cannot go forward (a full disk, say): back, then.
                 problems.push(format!("rolling forward failed ({}: {e})", journal.steps[i].path));
-                problems.extend(backward(root, &store, &journal.steps, &journal.made, RECOVER));
+                back(&mut journal, &mut problems);
                 Outcome::RolledBack
             }
         }
     } else {
-        problems.extend(backward(root, &store, &journal.steps, &journal.made, RECOVER));
+        back(&mut journal, &mut problems);
         Outcome::RolledBack
     };
     if let Err(e) = remove_journal(root, journal.steps.len()) {

@@ -168,7 +168,7 @@ fn killed_after_with(root: &Path, committed: bool, k: usize, change: fn(&Path) -
     // Back to the tree before, without ending the journal, then the
     // first k steps again.
     let made = journal.made.clone();
-    assert!(backward(root, &open.store, &journal.steps, &made, UNDO).is_empty());
+    assert!(backward(root, &open.store, &journal.steps, &made, UNDO).all().is_empty());
     std::mem::forget(open);
     forward(root, &Store::open(root), &journal.steps[..k], FLUSH).unwrap();
     if let Some(next) = journal.steps.get(k) {
@@ -420,4 +420,317 @@ fn a_recovery_that_cannot_go_forward_goes_back_and_says_where_it_stopped() {
     assert!(r.problems[0].starts_with("rolling forward failed (new/deep/file.txt: "), "{r}");
     std::fs::remove_file(root.join("new")).unwrap();
     assert_eq!(tree(root), before);
+}
+
+/// The lines of `text.txt` before a change.
+const TEXT: &str = "1\n2\n3\n4\n5\n";
+/// The change's `text.txt`: its first line changed.
+const TEXT_NEW: &str = "ONE\n2\n3\n4\n5\n";
+
+/// A change that edits one line of a text file: `text.txt` (added to the
+/// project first, at the path's old content), a deletion and a file in a
+/// new folder.
+fn text_change(root: &Path) -> Transaction {
+    if !root.join("text.txt").exists() {
+        write(root, "text.txt", TEXT);
+    }
+    let mut t = Transaction::new(root);
+    t.delete("gone.txt");
+    t.write("text.txt", TEXT_NEW.as_bytes(), 0o100644).unwrap();
+    t.write("new/file.txt", b"fresh\n", 0o100644).unwrap();
+    t
+}
+
+/// The project with `text.txt` at its old content.
+fn text_project() -> tempfile::TempDir {
+    let dir = project();
+    write(dir.path(), "text.txt", TEXT);
+    std::fs::set_permissions(dir.path().join("text.txt"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    dir
+}
+
+/// The user's save: line `n` (from 1) of `rel`, as the file is now,
+/// becomes `text`.
+fn edit_line(root: &Path, rel: &str, n: usize, text: &str) {
+    let now = std::fs::read_to_string(root.join(rel)).unwrap();
+    let mut lines: Vec<&str> = now.lines().collect();
+    lines[n - 1] = text;
+    std::fs::write(root.join(rel), lines.join("\n") + "\n").unwrap();
+}
+
+fn text(root: &Path, rel: &str) -> String {
+    std::fs::read_to_string(root.join(rel)).unwrap()
+}
+
+#[test]
+fn a_roll_forward_merges_a_user_edit_on_another_line() {
+    let steps = killed_after_with(text_project().path(), true, 0, text_change).steps.len();
+    for k in 0..=steps {
+        let dir = text_project();
+        let root = dir.path();
+        killed_after_with(root, true, k, text_change);
+        // Saved between the kill and the next command: the last line of a
+        // file the change edits (before or after the change reached it),
+        // a file of its own, and a file of the user's removed.
+        edit_line(root, "text.txt", 5, "FIVE");
+        write(root, "mine.txt", "mine\n");
+        std::fs::remove_file(root.join("keep")).unwrap();
+        let r = recover(root).expect("something to recover");
+        assert_eq!(r.outcome, Outcome::Completed, "after {k} step(s): {r}");
+        assert!(r.problems.is_empty(), "{r}");
+        assert_eq!(text(root, "text.txt"), "ONE\n2\n3\n4\nFIVE\n", "after {k} step(s): both edits");
+        assert_eq!(text(root, "mine.txt"), "mine\n");
+        assert!(!root.join("keep").exists(), "a file the user removed came back");
+        assert!(!root.join("gone.txt").exists());
+        assert_eq!(text(root, "new/file.txt"), "fresh\n");
+        assert!(Lock::load(root).unwrap().tasks.contains_key("t"), "completed: the lock line is written");
+        assert!(!journal_left(root));
+        no_temps(root);
+        assert_eq!(recover(root), None, "twice is the same as once");
+    }
+}
+
+#[test]
+fn a_roll_forward_that_conflicts_rolls_the_whole_transaction_back_and_keeps_the_users_text() {
+    let steps = killed_after_with(text_project().path(), true, 0, text_change).steps.len();
+    for k in 0..=steps {
+        let dir = text_project();
+        let root = dir.path();
+        let mut before = tree(root);
+        killed_after_with(root, true, k, text_change);
+        // The very line the change edits, whichever it holds now.
+        edit_line(root, "text.txt", 1, "the user's line");
+        let users = text(root, "text.txt");
+        let r = recover(root).expect("something to recover");
+        let Outcome::Conflicted(paths) = &r.outcome else { panic!("after {k} step(s): {r}") };
+        assert_eq!(paths, &["text.txt: both sides changed the same or adjacent lines"], "{r}");
+        let said = r.to_string();
+        assert!(said.contains("your edits were kept") && said.contains("replayed"), "{said}");
+        assert_eq!(text(root, "text.txt"), users, "after {k} step(s): the user's text, byte for byte");
+        before.insert("text.txt".into(), (users.into_bytes(), 0o644));
+        assert_eq!(tree(root), before, "after {k} step(s): nothing else of the change is left");
+        assert_eq!(r.lock_lines, 0);
+        assert!(Lock::load(root).unwrap().tasks.is_empty(), "no lock line for a change that did not land");
+        assert!(!journal_left(root));
+        no_temps(root);
+        assert_eq!(recover(root), None);
+    }
+}
+
+#[test]
+fn a_roll_back_takes_the_change_out_of_a_user_edit_and_keeps_the_edit() {
+    let steps = killed_after_with(text_project().path(), false, 0, text_change).steps.len();
+    for k in 0..=steps {
+        let dir = text_project();
+        let root = dir.path();
+        let mut before = tree(root);
+        killed_after_with(root, false, k, text_change);
+        edit_line(root, "text.txt", 5, "FIVE");
+        write(root, "mine.txt", "mine\n");
+        let r = recover(root).expect("something to recover");
+        assert_eq!(r.outcome, Outcome::RolledBack, "after {k} step(s): {r}");
+        assert!(r.problems.is_empty(), "{r}");
+        before.insert("text.txt".into(), (b"1\n2\n3\n4\nFIVE\n".to_vec(), 0o644));
+        before.insert("mine.txt".into(), (b"mine\n".to_vec(), 0o644 & !umask()));
+        assert_eq!(tree(root), before, "after {k} step(s): the change out, the user's edit in");
+        assert!(Lock::load(root).unwrap().tasks.is_empty());
+        assert!(!journal_left(root));
+        no_temps(root);
+    }
+}
+
+/// The process's file mode creation mask.
+fn umask() -> u32 {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), "").unwrap();
+    0o666 & !(dir.path().join("f").metadata().unwrap().mode() & 0o777)
+}
+
+#[test]
+fn a_roll_back_leaves_a_user_edit_it_cannot_take_the_change_out_of_and_says_so() {
+    let steps = killed_after_with(text_project().path(), false, 0, text_change).steps.len();
+    let dir = text_project();
+    let root = dir.path();
+    killed_after_with(root, false, steps, text_change);
+    // The line the change wrote, edited; the file it made, edited; a file
+    // of the user's in the folder it made.
+    edit_line(root, "text.txt", 1, "ONE and more");
+    write(root, "new/file.txt", "fresh, and the user's\n");
+    write(root, "new/mine.txt", "mine\n");
+    let r = recover(root).unwrap();
+    assert_eq!(r.outcome, Outcome::RolledBack, "{r}");
+    assert_eq!(text(root, "text.txt"), "ONE and more\n2\n3\n4\n5\n");
+    assert_eq!(text(root, "new/file.txt"), "fresh, and the user's\n");
+    assert_eq!(text(root, "new/mine.txt"), "mine\n");
+    assert_eq!(text(root, "gone.txt"), "gone\n", "the rest is rolled back");
+    let named: Vec<&str> = r.problems.iter().map(|p| p.split(':').next().unwrap()).collect();
+    assert_eq!(named, ["new/file.txt", "text.txt"], "{r}");
+    assert!(r.problems[1].starts_with("text.txt: left as it is"), "{r}");
+    assert!(!journal_left(root));
+    no_temps(root);
+    assert_eq!(recover(root), None, "nothing is tried again: the user's files are theirs");
+}
+
+#[test]
+fn an_open_transaction_rolled_back_keeps_the_edits_made_meanwhile() {
+    let dir = text_project();
+    let root = dir.path();
+    let open = text_change(root).begin().unwrap();
+    edit_line(root, "text.txt", 5, "FIVE");
+    open.roll_back().unwrap();
+    assert_eq!(text(root, "text.txt"), "1\n2\n3\n4\nFIVE\n");
+    assert!(!root.join("new").exists());
+    // Where the change cannot be taken out, the user's file stays, named;
+    // the journal goes (there is nothing to try again).
+    write(root, "text.txt", TEXT);
+    let open = text_change(root).begin().unwrap();
+    edit_line(root, "text.txt", 1, "mine");
+    let e = open.roll_back().unwrap_err();
+    let JournalError::NotRestored(paths) = &e else { panic!("{e:?}") };
+    assert!(paths.len() == 1 && paths[0].starts_with("text.txt: left as it is"), "{e}");
+    assert_eq!(text(root, "text.txt"), "mine\n2\n3\n4\n5\n");
+    assert!(!journal_left(root));
+    no_temps(root);
+}
+
+/// Runs `f` at each check before a rename or unlink of this thread's
+/// transactions, until the guard goes.
+fn before_rename(f: impl FnMut(&str) + 'static) -> impl Drop {
+    struct Unhook;
+    impl Drop for Unhook {
+        fn drop(&mut self) {
+            steps::BEFORE_RENAME.with(|h| *h.borrow_mut() = None);
+        }
+    }
+    steps::BEFORE_RENAME.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    Unhook
+}
+
+#[test]
+fn a_file_saved_right_before_its_rename_stops_the_transaction_and_nothing_is_lost() {
+    let dir = text_project();
+    let root = dir.path();
+    let mut before = tree(root);
+    // The user saves `text.txt` while the change is being written: after
+    // its old content was kept, before its rename.
+    let r = root.to_path_buf();
+    let _hook = before_rename(move |path| {
+        if path == "text.txt" {
+            edit_line(&r, "text.txt", 5, "saved meanwhile");
+        }
+    });
+    let e = text_change(root).apply(vec![line("t")]).unwrap_err();
+    assert!(
+        matches!(&e, JournalError::Changed { path, problems } if path == "text.txt" && problems.is_empty()),
+        "{e:?}"
+    );
+    assert_eq!(e.to_string(), "text.txt changed while being written");
+    before.insert("text.txt".into(), (b"1\n2\n3\n4\nsaved meanwhile\n".to_vec(), 0o644));
+    assert_eq!(tree(root), before, "stopped and rolled back: the deletion is undone, the user's save kept");
+    assert!(Lock::load(root).unwrap().tasks.is_empty());
+    assert!(!journal_left(root));
+    no_temps(root);
+}
+
+#[test]
+fn a_file_saved_before_its_unlink_is_not_deleted() {
+    let dir = text_project();
+    let root = dir.path();
+    let r = root.to_path_buf();
+    let _hook = before_rename(move |path| {
+        if path == "gone.txt" {
+            write(&r, "gone.txt", "kept, as the user saved it\n");
+        }
+    });
+    let e = text_change(root).apply(vec![line("t")]).unwrap_err();
+    assert!(matches!(&e, JournalError::Changed { path, .. } if path == "gone.txt"), "{e:?}");
+    assert_eq!(text(root, "gone.txt"), "kept, as the user saved it\n");
+    assert_eq!(text(root, "text.txt"), TEXT);
+    assert!(!root.join("new").exists());
+    assert!(!journal_left(root));
+}
+
+#[test]
+fn a_stop_rolls_back_three_way_the_files_already_written_and_edited() {
+    let dir = text_project();
+    let root = dir.path();
+    let r = root.to_path_buf();
+    // At the last path: `text.txt`, written already, gets a save on
+    // another line, and the last path gets one of its own.
+    let _hook = before_rename(move |path| {
+        if path == "new/file.txt" {
+            edit_line(&r, "text.txt", 5, "FIVE");
+            write(&r, "new/file.txt", "the user's\n");
+        }
+    });
+    let e = text_change(root).apply(vec![line("t")]).unwrap_err();
+    assert!(
+        matches!(&e, JournalError::Changed { path, problems } if path == "new/file.txt" && problems.is_empty()),
+        "{e:?}"
+    );
+    assert_eq!(text(root, "text.txt"), "1\n2\n3\n4\nFIVE\n", "the change out, the save in");
+    assert_eq!(text(root, "new/file.txt"), "the user's\n");
+    assert_eq!(text(root, "gone.txt"), "gone\n");
+    assert!(!journal_left(root));
+    no_temps(root);
+}
+
+#[test]
+fn a_transaction_expecting_what_the_caller_saw_refuses_a_tree_that_moved_on() {
+    let dir = text_project();
+    let root = dir.path();
+    let before = tree(root);
+    let mut t = text_change(root);
+    t.expect("text.txt", Some(crate::merge::Version::new(b"1\n2\n3\n4\nother\n", 0o100644)));
+    let e = t.apply(vec![line("t")]).unwrap_err();
+    assert!(matches!(&e, JournalError::Changed { path, .. } if path == "text.txt"), "{e:?}");
+    assert_eq!(tree(root), before, "nothing is written");
+    assert!(!journal_left(root));
+    // A path expected absent that is there, too.
+    let mut t = text_change(root);
+    t.expect("text.txt", None);
+    assert!(matches!(t.apply(Vec::new()), Err(JournalError::Changed { .. })));
+    // As seen: written.
+    let mut t = text_change(root);
+    t.expect("text.txt", Some(crate::merge::Version::new(TEXT.as_bytes(), 0o100644)));
+    t.expect("new/file.txt", None);
+    t.apply(vec![line("t")]).unwrap();
+    assert_eq!(text(root, "text.txt"), TEXT_NEW);
+}
+
+#[test]
+fn a_conflict_found_once_the_lock_lines_were_written_puts_the_lock_back() {
+    let dir = text_project();
+    let root = dir.path();
+    // The lock's line for `t` before, and one for `u`, which the
+    // transaction adds.
+    let mut earlier = line("t");
+    earlier.entry.as_mut().unwrap().before = "t-earlier".into();
+    Lock::update(root, std::slice::from_ref(&earlier)).unwrap();
+    let open = text_change(root).start(Some(vec![line("t"), line("u")])).unwrap();
+    // Killed once the files and the lock lines were written.
+    Lock::update(root, &open.journal.lock).unwrap();
+    std::mem::forget(open);
+    edit_line(root, "text.txt", 1, "the user's line");
+    let r = recover(root).unwrap();
+    assert!(matches!(r.outcome, Outcome::Conflicted(_)), "{r}");
+    let lock = Lock::load(root).unwrap();
+    assert_eq!(lock.tasks.keys().collect::<Vec<_>>(), ["t"], "the line the transaction added is gone");
+    assert_eq!(lock.tasks["t"], earlier.entry.unwrap(), "the earlier line is back");
+    assert_eq!(text(root, "text.txt"), "the user's line\n2\n3\n4\n5\n");
+    assert_eq!(text(root, "gone.txt"), "gone\n");
+}
+
+#[test]
+fn a_journal_without_the_lock_before_reads_as_one_with_nothing_to_put_back() {
+    // Journals written before the field existed still parse.
+    let dir = text_project();
+    let root = dir.path();
+    let open = text_change(root).start(Some(Vec::new())).unwrap();
+    let json = serde_json::to_string(&open.journal).unwrap();
+    std::mem::forget(open);
+    assert!(!json.contains("lock_before"), "{json}");
+    let back: Journal = serde_json::from_str(&json).unwrap();
+    assert!(back.lock_before.is_empty());
+    assert_eq!(recover(root).unwrap().outcome, Outcome::Completed);
 }
