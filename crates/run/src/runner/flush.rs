@@ -250,13 +250,20 @@ impl Runner {
         // What the tree will hold at each path merged so far, by the
         // changes kept before (each merged over the one before it).
         let mut merged: BTreeMap<String, Merged> = BTreeMap::new();
+        // What the tree held at each path when it was first read: the
+        // transaction is refused if it holds anything else when written.
+        let mut seen: BTreeMap<String, workspace::Held> = BTreeMap::new();
         for mut l in landings {
             let paths = changed_paths(&l.changes);
             let mut ours = |p: &str| -> std::io::Result<workspace::Held> {
                 match merged.get(p) {
                     Some(Merged::Write { bytes, mode }) => Ok(workspace::Held::Entry(bytes.clone(), *mode)),
                     Some(Merged::Delete) => Ok(workspace::Held::Absent),
-                    _ => workspace::read_held(root, p),
+                    _ => {
+                        let held = workspace::read_held(root, p)?;
+                        seen.entry(p.to_owned()).or_insert_with(|| held.clone());
+                        Ok(held)
+                    }
                 }
             };
             let reason = if let Some(dep) = l.t.key.spec.depends_on.iter().find(|d| dropped_tasks.contains(*d)) {
@@ -304,6 +311,19 @@ impl Runner {
             overlay.lay_content("", path, *op);
         }
         let io_error = workspace::write_merged(&mut transaction, &merged).err();
+        for (path, held) in &seen {
+            if merged.get(path).is_some_and(|m| !matches!(m, Merged::Keep)) {
+                match held {
+                    workspace::Held::Entry(bytes, mode) => {
+                        transaction.expect(path, Some(cassist_core::merge::Version::new(bytes, *mode)))
+                    }
+                    workspace::Held::Absent => transaction.expect(path, None),
+                    // A folder the change replaces: its files are the
+                    // change's own deletions.
+                    workspace::Held::Folder(_) | workspace::Held::Other => {}
+                }
+            }
+        }
         failpoint::hit("flush-checked");
         if let Some(e) = io_error {
             return cannot_write(self, kept, out, &e);
@@ -333,16 +353,33 @@ impl Runner {
 
 /// The changes could not be written (the transaction is rolled back, or
 /// left to the next command): their tasks fail.
-fn cannot_write(runner: &Runner, kept: Vec<Landing>, mut out: Vec<Flushed>, e: &dyn std::fmt::Display) -> Vec<Flushed> {
+///
+/// A file the user saved while the transaction was being written stops
+/// it ([`JournalError::Changed`](cassist_core::journal::JournalError::Changed)):
+/// the tasks' store entries stay, so the next run replays their changes,
+/// merged with that edit, instead of calling their agents again.
+fn cannot_write(
+    runner: &Runner,
+    kept: Vec<Landing>,
+    mut out: Vec<Flushed>,
+    e: &(dyn std::error::Error + 'static),
+) -> Vec<Flushed> {
+    let changed = match e.downcast_ref::<cassist_core::journal::JournalError>() {
+        Some(cassist_core::journal::JournalError::Changed { path, .. }) => Some(path),
+        _ => None,
+    };
     for mut l in kept {
-        withdraw(runner, l.recorded.take());
-        out.push(Flushed::NotWritten {
-            task: l.t.task.name.clone(),
-            reason: format!(
-                "cannot write the change: {e}; nothing was integrated (the patch is in {})",
+        let reason = match changed {
+            Some(path) => format!(
+                "conflict: {path} was saved while the change was being written; the project keeps its version; nothing was integrated (the next run replays it; the patch is in {})",
                 l.patch.display()
             ),
-        });
+            None => {
+                withdraw(runner, l.recorded.take());
+                format!("cannot write the change: {e}; nothing was integrated (the patch is in {})", l.patch.display())
+            }
+        };
+        out.push(Flushed::NotWritten { task: l.t.task.name.clone(), reason });
     }
     out
 }
