@@ -17,7 +17,7 @@
 use std::path::Path;
 
 use crate::workspace::Layer;
-use cassist_core::changes::{Change, ChangeSet, Hazard};
+use cassist_core::changes::{Change, ChangeSet, Hazard, Special};
 use cassist_core::limits::Limits;
 use cassist_core::plan::PlannedTask;
 use cassist_core::store::{Entry, Store, StoredChange};
@@ -49,6 +49,13 @@ pub fn vet(runner: &Runner, t: &PlannedTask, entry: &Entry) -> Result<(), Refuse
     if review.rejected() {
         return Err(Refused(format!("the stored change is refused: {}", review.reason().unwrap_or_default())));
     }
+    // What is never written, whatever the review says (a path leaving the
+    // project, say, which no agent's change can hold).
+    if let Some((path, why)) =
+        changes.changes.iter().find_map(|c| crate::workspace::never_written(c).map(|why| (&c.path, why)))
+    {
+        return Err(Refused(format!("the stored change is refused: {path}: {why}")));
+    }
     Ok(())
 }
 
@@ -69,7 +76,9 @@ fn stored_changes(store: &Store, stored: &[StoredChange], limits: Limits) -> Res
             old_mode: c.old_mode,
             base_unknown: false,
         };
-        if let Some(h) = &c.new {
+        // A file type no change may hold is named as reading one would.
+        change.hazard = Special::of_mode(c.mode).filter(|_| c.new.is_some()).map(Hazard::Special);
+        if let Some(h) = c.new.as_ref().filter(|_| change.hazard.is_none()) {
             let size = store.object_len(h).map_err(|e| {
                 Refused(format!("the stored change cannot be used: store object {h} (the new {}): {e}", c.path))
             })?;
@@ -215,5 +224,9 @@ mod tests {
         );
         let missing = stored_changes(&store, &[change("gone", &"0".repeat(64))], Limits::DEFAULT).unwrap_err();
         assert!(missing.0.contains("the new gone"), "{missing:?}");
+        // A fifo is a fifo, its object never read.
+        let fifo = StoredChange { mode: 0o010644, ..change("pipe", &"0".repeat(64)) };
+        let set = stored_changes(&store, &[fifo], Limits::DEFAULT).unwrap();
+        assert_eq!(set.changes[0].hazard, Some(Hazard::Special(Special::Fifo)));
     }
 }
