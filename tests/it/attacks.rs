@@ -1079,6 +1079,111 @@ fn a_change_over_the_change_size_is_rejected() {
     before.assert_untouched(&p, &log);
 }
 
+/// A folder on a tmpfs with room for `bytes`, when the machine has one:
+/// a test that makes hundreds of thousands of files there measures
+/// cassist, not a disk that discards every freed block.
+fn tmpfs_with_room(bytes: u64) -> Option<tempfile::TempDir> {
+    let shm = Path::new("/dev/shm");
+    let fs = nix::sys::statvfs::statvfs(shm).ok()?;
+    let free = fs.blocks_available() as u64 * fs.fragment_size() as u64;
+    (free > bytes).then(|| tempfile::Builder::new().prefix("cassist-test-").tempdir_in(shm).ok()).flatten()
+}
+
+/// Item 9 (issue 23): 200,001 one-byte files. Each was read, reviewed and
+/// written into the tree (40 s, cassist at 500 MB). Now the change is
+/// rejected with its count as it is read: nothing past the limit is read,
+/// nothing lands in the tree or the store, in a fraction of that time and
+/// memory.
+fn too_many_files_are_rejected_as_they_are_counted(env: Env) {
+    if !sandboxed(env) {
+        return;
+    }
+    let p = attacker(Test::trusted(), "many", "sizes.sh", &["files"], &["ATTACK_COUNT"])
+        .tasks(&one_task("Add the data.", "many", " under the default limits"))
+        .file("src/a.txt", "a\n")
+        .build();
+    let before = Before::take(&p);
+    // The workspaces on a tmpfs where there is one (a page per file).
+    let shm = tmpfs_with_room(4 << 30);
+    let mut run = p.run(&[]);
+    run.envs(env).env("ATTACK_COUNT", "200000");
+    if let Some(dir) = &shm {
+        run.env("TMPDIR", dir.path());
+    }
+    let started = std::time::Instant::now();
+    // With src/sizes.txt, 200,001 entries.
+    let (status, maxrss_kib) = run.peak_rss();
+    let took = started.elapsed();
+    let log = logs(&p, "t");
+    // From the agent's last word to the review's verdict: cassist's part.
+    let written = |f: &str| std::fs::metadata(p.records("t").join(f)).and_then(|m| m.modified()).unwrap();
+    let judged = written("review-1.json").duration_since(written("transcript-1.log")).unwrap_or_default();
+    eprintln!(
+        "200,001 files ({}, {}): the run took {took:?}, the review {judged:?} after the agent; cassist peak RSS {:.1} MiB",
+        mode(env),
+        if shm.is_some() { "tmpfs" } else { "TMPDIR" },
+        maxrss_kib as f64 / 1024.0
+    );
+    assert!(log.contains("sizes: done"), "{log}");
+    assert_eq!(status.code(), Some(1), "{log}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p.report_path()).unwrap()).unwrap();
+    let t = crate::support::task(&report, "t");
+    assert_eq!(t["state"], "failed", "{t}\n{log}");
+    let reason = t["reason"].as_str().unwrap_or_default();
+    assert_eq!(
+        reason,
+        "rejected as a security issue: the change has 200001 files, over the limit of 10000 (limits files)"
+    );
+    let review = p.record("t", "review-1.json");
+    assert!(review.contains("\"rule\": \"limits\"") && !review.contains("src/files/"), "{review}");
+    assert!(judged < Duration::from_secs(20), "the review took {judged:?} after the agent");
+    if shm.is_some() {
+        // Making the files is most of it.
+        assert!(took < Duration::from_secs(40), "the run took {took:?}");
+    }
+    assert!(maxrss_kib < 150 * 1024, "cassist peak RSS {maxrss_kib} KiB");
+    assert!(size_under(&p.path().join(".cassist")) < 8 << 20, "the records hold the files\n{log}");
+    before.assert_untouched(&p, &log);
+}
+
+in_both_modes!(too_many_files_are_rejected_as_they_are_counted: two_hundred_thousand_files_are_rejected_counted, two_hundred_thousand_files_are_rejected_counted_in_copy_mode);
+
+/// Item 9 (issue 23): `limits { files 5 }`: a change of 6 entries is
+/// rejected with its count, one of 5 passes.
+#[test]
+fn the_files_limit_of_the_config_is_applied() {
+    let project = || {
+        attacker(Test::trusted(), "many", "sizes.sh", &["files"], &["ATTACK_COUNT"])
+            .kdl("limits {\n    files 5\n}\n")
+            .tasks(&one_task("Add the data.", "many", " under `files 5` (cassist.kdl)"))
+            .file("src/a.txt", "a\n")
+            .build()
+    };
+    // 5 files and src/sizes.txt.
+    let p = project();
+    let before = Before::take(&p);
+    let done = p.run(&[]).env("ATTACK_COUNT", "5").status(1).exec();
+    let log = logs(&p, "t");
+    let t = done.task("t");
+    assert_eq!(t["state"], "failed", "{t}\n{log}");
+    let reason = t["reason"].as_str().unwrap_or_default();
+    assert_eq!(reason, "rejected as a security issue: the change has 6 files, over the limit of 5 (limits files)");
+    before.assert_untouched(&p, &log);
+
+    // 4 files and src/sizes.txt: within the limit.
+    let p = project();
+    let before = Before::take(&p);
+    let done = p.run(&[]).env("ATTACK_COUNT", "4").exec();
+    let log = logs(&p, "t");
+    assert_eq!(done.task("t")["state"], "passed", "{}", done.transcript());
+    let files = ["src/files/faaaaa", "src/files/faaaab", "src/files/faaaac", "src/files/faaaad", "src/sizes.txt"];
+    before.assert_recorded(&p, &[("t", &files)], &log);
+    for f in &files[..4] {
+        assert_eq!(std::fs::read(p.path().join(f)).unwrap(), [0u8], "{f}");
+    }
+    assert_eq!(p.read("src/sizes.txt"), "an ordinary change\n");
+}
+
 /// Item 9: an agent printing 20 MB and an acceptance command printing
 /// 20 MB, under `transcript "1MiB"`: each transcript and log keeps its head
 /// and tail within the limit, with a marker between, and the store stays

@@ -365,20 +365,26 @@ fn a_replay_verifies_acceptance_again() {
     let p = project();
     first_run(&p);
     restore_outputs(&p);
+    let lock = p.read("cassist.lock");
     // `stop-base` is no input of `base`, but its acceptance fails with it.
     p.file("stop-base", "");
     assert_eq!(plan_states(&p), all("replay"));
-    // One task at a time: fail-fast leaves `other` unstarted.
-    let done = p.run(&["-j", "1"]).status(1).exec();
-    let base = done.task("base");
-    assert_eq!(base["state"], "failed", "{}", done.transcript());
-    assert_eq!(base["acceptance"][0]["passed"], false, "{base}");
+    // `--locked` starts no agent: the task is refused, naming why.
+    let done = p.run(&["-j", "1", "--locked"]).status(3).exec();
+    let said = "  base: the replayed change no longer passes: acceptance command `grep -q base out/base.txt && test ! -e stop-base` failed";
+    assert!(done.stderr.contains(said), "{}", done.transcript());
+    assert_eq!(done.task("base")["state"], "skipped", "{}", done.transcript());
     assert_eq!(p.read("out/base.txt"), "todo\n", "a replay that fails acceptance is not integrated");
+    assert_eq!(p.read("cassist.lock"), lock);
     assert_eq!(calls(&p).len(), 3, "a replay called an agent:\n{}", done.transcript());
+
+    // `other`, independent of `base`, was replayed by that run.
+    assert_eq!(p.read("out/other.txt"), "Write the other.\n");
 
     std::fs::remove_file(p.path().join("stop-base")).unwrap();
     let done = p.run(&[]).exec();
-    assert_eq!(done.states(), all("replayed"), "{}", done.transcript());
+    let want = states(&[("base", "replayed"), ("other", "up-to-date"), ("top", "replayed")]);
+    assert_eq!(done.states(), want, "{}", done.transcript());
     assert_eq!(calls(&p).len(), 3);
     assert_eq!(p.read("out/base.txt"), "Write the base.\n");
 }
@@ -444,15 +450,18 @@ fn a_deleted_or_edited_output_is_replayed_not_up_to_date() {
     assert_eq!(p.read("cassist.lock"), lock, "a replay reproduces the recorded tree");
     assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
 
-    // Edited, then replayed by `--locked`, which leaves the lock alone.
+    // Edited by hand: the replay is merged into the tree as it is, where
+    // the edit conflicts with the stored change; `--locked` refuses the
+    // task, the edit and the lock stay.
     p.file("out/second.txt", "edited by hand\n");
     assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "replay")]));
     assert!(explain(&p, "second").contains("output out/second.txt changed"), "{}", explain(&p, "second"));
-    let done = p.run(&["--locked"]).exec();
-    assert_eq!(done.states(), states(&[("first", "up-to-date"), ("second", "replayed")]), "{}", done.transcript());
-    assert_eq!(p.read("out/second.txt"), "Write the second.\n");
+    let done = p.run(&["--locked"]).status(3).exec();
+    assert_eq!(done.states(), states(&[("first", "up-to-date"), ("second", "skipped")]), "{}", done.transcript());
+    let said = "  second: replay would conflict: out/second.txt (added on both sides with different content)";
+    assert!(done.stderr.contains(said), "{}", done.transcript());
+    assert_eq!(p.read("out/second.txt"), "edited by hand\n");
     assert_eq!(p.read("cassist.lock"), lock, "--locked wrote cassist.lock");
-    assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
     assert_eq!(calls(&p).len(), 2);
     assert_consistent(&p, &["first", "second"]);
 }

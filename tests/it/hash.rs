@@ -706,7 +706,7 @@ fn changed_limits() {
     let before = hashes(&p);
     let config = std::fs::read_to_string(p.path().join("cassist.kdl")).unwrap();
     let with = |limits: &str| p.file("cassist.kdl", format!("{config}\nlimits {{\n{limits}\n}}\n"));
-    with("    file-size \"16MiB\"\n    change-size \"256MiB\"\n    transcript \"64MiB\"");
+    with("    file-size \"16MiB\"\n    change-size \"256MiB\"\n    files 10000\n    transcript \"64MiB\"");
     assert_eq!(hashes(&p), before, "the defaults written out");
     with("    transcript \"1MiB\"");
     assert_eq!(hashes(&p), before, "the transcript cap");
@@ -717,6 +717,12 @@ fn changed_limits() {
     let larger_changes = hashes(&p);
     assert_changed(&before, &larger_changes, &["alpha", "base", "other"]);
     assert_changed(&smaller_files, &larger_changes, &["alpha", "base", "other"]);
+    with("    files 500");
+    let fewer = hashes(&p);
+    assert_changed(&before, &fewer, &["alpha", "base", "other"]);
+    // With another limit changed too: the default `files` adds nothing.
+    with("    file-size \"1MiB\"\n    files 10000");
+    assert_eq!(hashes(&p), smaller_files, "the default files limit written out");
 }
 
 #[test]

@@ -24,6 +24,7 @@ mod hash;
 mod mcp;
 mod parallel;
 mod remote;
+mod replay;
 mod review;
 mod run;
 mod sandbox;

@@ -1,6 +1,7 @@
-//! The size limits of a project (`limits` in `cassist.kdl`): how
-//! large one file of a change, a whole change and a transcript may grow;
-//! sizes as written (`"16MiB"`, `"500KB"`) and as shown (`2 GiB`). A leaf.
+//! The limits of a project (`limits` in `cassist.kdl`): how large one
+//! file of a change, a whole change and a transcript may grow, and how
+//! many entries one change may touch; sizes as written (`"16MiB"`,
+//! `"500KB"`) and as shown (`2 GiB`). A leaf.
 
 /// The limits a run works within.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,10 +13,23 @@ pub struct Limits {
     /// Per command's output: the first and the last half are kept, the
     /// middle is cut with a marker.
     pub transcript: u64,
+    /// Entries one change may add, change or remove (empty files count):
+    /// counted while the change is read, before any content past it is.
+    pub files: u64,
 }
 
 impl Limits {
-    pub const DEFAULT: Limits = Limits { file_size: 16 << 20, change_size: 256 << 20, transcript: 64 << 20 };
+    pub const DEFAULT: Limits =
+        Limits { file_size: 16 << 20, change_size: 256 << 20, transcript: 64 << 20, files: 10_000 };
+}
+
+/// A change touching more entries than `limits { files }` allows: how many
+/// it touches, and the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the change has {count} files, over the limit of {limit} (limits files)")]
+pub struct TooManyFiles {
+    pub count: u64,
+    pub limit: u64,
 }
 
 impl Default for Limits {

@@ -13,6 +13,8 @@ use crate::fsx::{ensure_state_dir, state_dir, write_atomic};
 #[derive(Debug, Clone)]
 pub struct Store {
     dir: PathBuf,
+    /// Most entries a usable entry's change may have (`limits { files }`).
+    files_limit: u64,
 }
 
 /// One change of a recorded patch; contents are objects of the store.
@@ -149,6 +151,36 @@ pub enum Unusable {
     /// An object of the change does not hash to its name.
     #[error("store object {object} (the new {path}) is corrupt")]
     Corrupt { object: String, path: String },
+    /// Its change list does not hash to the patch hash it records: edited
+    /// after it was written.
+    #[error("its change list does not hash to its patch hash {patch}")]
+    Mismatch { patch: String },
+    /// Its change list is not the patch `cassist.lock` records for it.
+    #[error("its change list does not hash to the patch hash cassist.lock records ({locked})")]
+    NotLocked { locked: String },
+    /// Its change has more entries than `limits { files }` allows (found
+    /// before any of its objects is read).
+    #[error("its change has {count} files, over the limit of {limit} (limits files)")]
+    TooManyFiles { count: u64, limit: u64 },
+}
+
+/// Whether `entry` may be replayed as far as its change list says, before
+/// any object is read: at most `files_limit` entries, hashing to its own
+/// patch hash and, when `cassist.lock` records a patch for it
+/// (`locked_patch`), to that one.
+pub fn check_entry(entry: &Entry, files_limit: u64, locked_patch: Option<&str>) -> Result<(), Unusable> {
+    let count = entry.changes.len() as u64;
+    if count > files_limit {
+        return Err(Unusable::TooManyFiles { count, limit: files_limit });
+    }
+    let patch = patch_hash(&entry.changes);
+    if patch != entry.patch {
+        return Err(Unusable::Mismatch { patch: entry.patch.clone() });
+    }
+    match locked_patch {
+        Some(locked) if locked != patch => Err(Unusable::NotLocked { locked: locked.to_owned() }),
+        _ => Ok(()),
+    }
 }
 
 /// Why an entry file is no entry this cassist reads.
@@ -184,7 +216,13 @@ pub struct EntrySummary {
 
 impl Store {
     pub fn open(root: &Path) -> Store {
-        Store { dir: state_dir(root).join("store") }
+        Store { dir: state_dir(root).join("store"), files_limit: u64::MAX }
+    }
+
+    /// The same store, whose usable entries have at most `files` entries
+    /// in their change (`limits { files }`).
+    pub fn with_files_limit(self, files: u64) -> Store {
+        Store { files_limit: files, ..self }
     }
 
     pub fn dir(&self) -> &Path {
@@ -247,13 +285,14 @@ impl Store {
         Ok(bytes)
     }
 
-    pub fn has_object(&self, hash: &str) -> bool {
-        self.object_path(hash).is_file()
+    /// The size of an object as stored (read from its metadata: nothing
+    /// of it is read).
+    pub fn object_len(&self, hash: &str) -> std::io::Result<u64> {
+        Ok(std::fs::metadata(self.object_path(hash))?.len())
     }
 
-    /// The length of an object, from its file (not read, not checked).
-    pub fn object_len(&self, hash: &str) -> Option<u64> {
-        std::fs::metadata(self.object_path(hash)).ok().filter(|m| m.is_file()).map(|m| m.len())
+    pub fn has_object(&self, hash: &str) -> bool {
+        self.object_path(hash).is_file()
     }
 
     /// The file of the entry recorded for input hash `before`.
@@ -280,16 +319,27 @@ impl Store {
     }
 
     /// The entry recorded for `before`, if it can be replayed: its file
-    /// reads, and every object its change writes is there and whole (read
+    /// reads, its change list passes [`check_entry`] (before any object is
+    /// read), and every object its change writes is there and whole (read
     /// and hashed: O(change)). `Ok(None)`: no entry.
     pub fn usable_entry(&self, before: &str) -> Result<Option<Entry>, Unusable> {
+        self.usable_entry_for(before, None)
+    }
+
+    /// [`Store::usable_entry`], for an entry `cassist.lock` records with
+    /// the patch hash `locked_patch` (when it records one).
+    pub fn usable_entry_for(&self, before: &str, locked_patch: Option<&str>) -> Result<Option<Entry>, Unusable> {
         let Some(entry) = self.read_entry(before)? else { return Ok(None) };
+        check_entry(&entry, self.files_limit, locked_patch)?;
         for c in &entry.changes {
             let Some(object) = &c.new else { continue };
-            match std::fs::read(self.object_path(object)) {
-                Ok(bytes) if blake3::hash(&bytes).to_hex().as_str() == object => {}
-                Ok(_) => return Err(Unusable::Corrupt { object: object.clone(), path: c.path.clone() }),
-                Err(_) => return Err(Unusable::Missing { object: object.clone(), path: c.path.clone() }),
+            // Hashed as a stream: an object is never held whole here.
+            let path = self.object_path(object);
+            if !path.is_file() {
+                return Err(Unusable::Missing { object: object.clone(), path: c.path.clone() });
+            }
+            if !self.is_whole(&path, object) {
+                return Err(Unusable::Corrupt { object: object.clone(), path: c.path.clone() });
             }
         }
         Ok(Some(entry))
@@ -571,20 +621,21 @@ mod tests {
     /// An entry of task `name` (recorded before-hash `name`) adding `x`
     /// with the object `object`.
     fn entry(name: &str, object: &str) -> Entry {
+        let changes = vec![StoredChange {
+            path: "x".into(),
+            kind: crate::changes::ChangeKind::Added,
+            old: None,
+            new: Some(object.to_owned()),
+            mode: 0o100644,
+            old_mode: None,
+        }];
         Entry {
             format: ENTRY_FORMAT,
             task: name.into(),
             before: name.into(),
             after: String::new(),
-            patch: String::new(),
-            changes: vec![StoredChange {
-                path: "x".into(),
-                kind: crate::changes::ChangeKind::Added,
-                old: None,
-                new: Some(object.to_owned()),
-                mode: 0o100644,
-                old_mode: None,
-            }],
+            patch: patch_hash(&changes),
+            changes,
             key: serde_json::json!({}),
             after_key: None,
             outputs: None,
@@ -624,7 +675,8 @@ mod tests {
         let h = store.put_object(b"new content").unwrap();
         store.put_entry(&entry("b", &h)).unwrap();
         assert!(store.usable_entry("b").unwrap().is_some());
-        assert_eq!(store.output_paths("b", ""), Some(vec!["x".to_owned()]));
+        let patch = entry("b", &h).patch;
+        assert_eq!(store.output_paths("b", &patch), Some(vec!["x".to_owned()]));
         assert_eq!(store.output_paths("b", "another patch"), None);
         // Truncated: present, but not what its name says.
         std::fs::write(store.object_path(&h), b"new").unwrap();
@@ -639,7 +691,43 @@ mod tests {
         let garbage = store.usable_entry("b").unwrap_err();
         assert!(matches!(garbage, Unusable::Garbage { .. }), "{garbage:?}");
         assert!(garbage.to_string().contains("b.json"), "{garbage}");
-        assert_eq!(store.output_paths("b", ""), None);
+        assert_eq!(store.output_paths("b", &patch), None);
+    }
+
+    #[test]
+    fn an_entry_whose_change_list_is_not_its_patch_or_the_locks_or_too_long_is_unusable() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        let h = store.put_object(b"new content").unwrap();
+        let e = entry("b", &h);
+        store.put_entry(&e).unwrap();
+        assert!(store.usable_entry_for("b", Some(&e.patch)).unwrap().is_some());
+        // The lock records another patch for it.
+        let other = "0".repeat(64);
+        let refused = store.usable_entry_for("b", Some(&other)).unwrap_err();
+        assert!(matches!(&refused, Unusable::NotLocked { locked } if *locked == other), "{refused:?}");
+        assert!(refused.to_string().contains("cassist.lock"), "{refused}");
+        // A change list edited after the entry was written.
+        let mut forged = e.clone();
+        forged.changes[0].path = "y".into();
+        store.put_entry(&forged).unwrap();
+        let refused = store.usable_entry("b").unwrap_err();
+        assert!(matches!(&refused, Unusable::Mismatch { patch } if *patch == e.patch), "{refused:?}");
+        // Its patch hash made to match: the lock's still does not.
+        forged.patch = patch_hash(&forged.changes);
+        store.put_entry(&forged).unwrap();
+        assert!(store.usable_entry("b").unwrap().is_some());
+        assert!(matches!(store.usable_entry_for("b", Some(&e.patch)), Err(Unusable::NotLocked { .. })));
+        // Over `limits { files }`: refused before any object is read (the
+        // one it names is gone).
+        let mut many = e.clone();
+        many.changes = (0..3).map(|i| StoredChange { path: format!("f{i}"), ..e.changes[0].clone() }).collect();
+        many.patch = patch_hash(&many.changes);
+        store.put_entry(&many).unwrap();
+        std::fs::remove_file(store.object_path(&h)).unwrap();
+        let refused = store.clone().with_files_limit(2).usable_entry("b").unwrap_err();
+        assert_eq!(refused.to_string(), "its change has 3 files, over the limit of 2 (limits files)");
+        assert!(matches!(store.with_files_limit(3).usable_entry("b"), Err(Unusable::Missing { .. })));
     }
 
     #[test]

@@ -174,17 +174,33 @@ pub fn hash_entry(path: &Path, meta: &Metadata) -> Result<Option<[u8; 32]>, Erro
 
 /// Reads the entries of one change set within the [`Limits`]: a file over
 /// `file-size`, or one that would take the change past `change-size`, is
-/// never read (its change carries [`Hazard::Unread`] with its size).
+/// never read (its change carries [`Hazard::Unread`] with its size); once
+/// the change has more entries than `files`, no content at all is read
+/// (the entries are only counted: the change is rejected with its count).
 pub struct Reader {
     limits: Limits,
     /// Bytes of the change so far (files within `file-size`), read or
     /// not.
     used: u64,
+    /// Entries of the change so far.
+    entries: u64,
 }
 
 impl Reader {
     pub fn new(limits: Limits) -> Reader {
-        Reader { limits, used: 0 }
+        Reader { limits, used: 0, entries: 0 }
+    }
+
+    /// Whether the change has more entries than `limits { files }` allows:
+    /// from the first past it on, the changes given hold no content.
+    pub fn over_files(&self) -> bool {
+        self.entries > self.limits.files
+    }
+
+    /// Counts one more entry; whether it is past the limit.
+    fn count(&mut self) -> bool {
+        self.entries = self.entries.saturating_add(1);
+        self.over_files()
     }
 
     /// The change the entry at `path` (lstat `meta`; `rel` relative to the
@@ -210,6 +226,12 @@ impl Reader {
             old_mode: None,
             base_unknown: false,
         };
+        if self.count() {
+            // Counted, never read.
+            change.hazard = raw.map(Hazard::NonUtf8Name);
+            change.old_mode = old.map(|(_, m)| m.mode());
+            return Ok(change);
+        }
         change.hazard = match (raw, self::kind(meta)) {
             (Some(raw), _) => Some(Hazard::NonUtf8Name(raw)),
             (None, Kind::Special(s)) => Some(Hazard::Special(s)),
@@ -256,10 +278,11 @@ impl Reader {
     }
 
     /// The deletion of the project's entry at `rel` (`path`, if it still
-    /// exists): its old content, when within `file-size`.
-    pub fn deleted(&self, rel: &Path, path: &Path) -> Change {
+    /// exists): its old content, when within `file-size` (and the change
+    /// within `files`).
+    pub fn deleted(&mut self, rel: &Path, path: &Path) -> Change {
         let (name, raw) = name(rel);
-        let meta = std::fs::symlink_metadata(path).ok();
+        let meta = if self.count() { None } else { std::fs::symlink_metadata(path).ok() };
         Change {
             path: name,
             kind: ChangeKind::Deleted,
@@ -290,7 +313,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
     use std::time::{Duration, Instant};
 
-    const SMALL: Limits = Limits { file_size: 1 << 10, change_size: 4 << 10, transcript: 1 << 20 };
+    const SMALL: Limits = Limits { file_size: 1 << 10, change_size: 4 << 10, transcript: 1 << 20, files: 100 };
 
     fn lstat(p: &Path) -> Metadata {
         std::fs::symlink_metadata(p).unwrap()

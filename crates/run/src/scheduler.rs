@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::runner::flush::Flushed;
-use crate::runner::{Runner, TaskResult};
+use crate::runner::{Instead, Runner, TaskResult};
 use cassist_core::event::{TaskEnd, TaskState};
 use cassist_core::lock::Lock;
 use cassist_core::plan::state::Basis;
@@ -348,13 +348,22 @@ impl Schedule<'_> {
             // The entry is checked again (the plan's check may be old): one
             // that cannot be used is as if there were none: the task runs.
             let key = t.cached.entry.clone().unwrap_or_default();
-            match runner.plan.store.usable_entry(&key) {
+            // An entry the lock records must hold the lock's patch.
+            let locked_patch = self.lock.tasks.get(&t.task.name).filter(|l| l.before == key).map(|l| l.patch.as_str());
+            match runner.plan.store.usable_entry_for(&key, locked_patch) {
                 // `--locked` replays only what cassist.lock records, or
                 // what a trusted key signed (the remote cache).
                 Ok(Some(_)) if self.opts.locked && t.cached.basis == Basis::StoreEntry && !t.cached.remote => {
                     t.state = State::Run;
                 }
-                Ok(Some(entry)) => return Start::Spawn(Box::new(move |runner, t| runner.replay_task(t, &entry))),
+                Ok(Some(entry)) => {
+                    // What the task runs with should its replay be refused.
+                    let instead = Instead {
+                        summaries: self.dependency_summaries(t),
+                        split: recorded().map(|e| e.split).unwrap_or_default(),
+                    };
+                    return Start::Spawn(Box::new(move |runner, t| runner.replay_task(t, &entry, &instead)));
+                }
                 Ok(None) => {
                     warn(&format!("the stored run of task `{}` vanished from the store; the task runs", t.task.name));
                     t.state = State::Run;
@@ -451,6 +460,10 @@ impl Schedule<'_> {
     fn settle(&mut self, t: &PlannedTask, r: TaskResult) -> TaskEnd {
         if let Some(line) = &r.lock_line {
             self.lock.apply(std::slice::from_ref(line));
+        }
+        // `--locked`: a replay that was refused needs an agent.
+        if let Some(why) = &r.needs_agent {
+            self.needs_agent.push((t.task.name.clone(), why.clone()));
         }
         let output = match r.end.state() {
             TaskState::UpToDate => self.lock.tasks.get(&t.task.name).map(|e| e.patch.clone()),

@@ -281,7 +281,7 @@ pub(super) struct Held {
 impl Held {
     /// A content of the journal (its length from the store).
     fn of(store: &Store, c: &Content) -> Held {
-        Held { len: store.object_len(&c.hash), hash: c.hash.clone(), mode: kept(c.mode) }
+        Held { len: store.object_len(&c.hash).ok(), hash: c.hash.clone(), mode: kept(c.mode) }
     }
 
     fn is(&self, c: &Content) -> bool {

@@ -64,14 +64,26 @@ pub struct ProjectKey {
 pub struct LimitsKey {
     pub file_size: u64,
     pub change_size: u64,
+    /// Left out at its default, so that a key made before the limit
+    /// existed keeps its hash.
+    #[serde(skip_serializing_if = "is_default_files")]
+    pub files: u64,
+}
+
+fn is_default_files(files: &u64) -> bool {
+    *files == crate::limits::Limits::DEFAULT.files
 }
 
 impl LimitsKey {
     /// The key of `limits`, `None` for the defaults.
     pub fn of(limits: &crate::limits::Limits) -> Option<LimitsKey> {
-        let default = crate::limits::Limits::DEFAULT;
-        let key = LimitsKey { file_size: limits.file_size, change_size: limits.change_size };
-        (key != LimitsKey { file_size: default.file_size, change_size: default.change_size }).then_some(key)
+        let key = |l: &crate::limits::Limits| LimitsKey {
+            file_size: l.file_size,
+            change_size: l.change_size,
+            files: l.files,
+        };
+        let key_now = key(limits);
+        (key_now != key(&crate::limits::Limits::DEFAULT)).then_some(key_now)
     }
 }
 

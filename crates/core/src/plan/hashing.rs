@@ -64,7 +64,7 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
             "cassist.lock is written by `cassist run`; restore it from version control, or delete it to record afresh",
         )
     })?;
-    let store = crate::store::Store::open(&project.root);
+    let store = crate::store::Store::open(&project.root).with_files_limit(project.config.limits.files);
     timing("read lock");
     let hashing = Hashing::new(&project, &template, versions);
     let mut planned: Vec<PlannedTask> = Vec::with_capacity(tasks.len());

@@ -94,7 +94,9 @@ pub fn state_of(
     let line = lock.tasks.get(name);
     let mut cached = Cached::default();
     let replay = |cached: &mut Cached, key: &str, basis: Basis| -> bool {
-        match store.usable_entry(key) {
+        // An entry the lock records must hold the lock's patch.
+        let locked_patch = line.filter(|l| l.before == key).map(|l| l.patch.as_str());
+        match store.usable_entry_for(key, locked_patch) {
             Ok(Some(entry)) => {
                 *cached = Cached { basis, entry: Some(key.to_owned()), patch: Some(entry.patch), ..Cached::default() };
                 true
@@ -111,9 +113,20 @@ pub fn state_of(
     {
         let now = match &l.outputs {
             // Which files they are is in the store only.
-            Some(recorded) => {
-                index.paths(store, &l.before, &l.patch).map(outputs_now).filter(|now| outputs_hash(now) != *recorded)
-            }
+            Some(recorded) => match index.paths(store, &l.before, &l.patch) {
+                Some(paths) => Some(outputs_now(paths)).filter(|now| outputs_hash(now) != *recorded),
+                // An entry that is there but cannot say which files they
+                // are (unreadable, or not the lock's patch): whether they
+                // are intact is unknown, so the task is never up-to-date.
+                None => match unreadable_entry(store, l) {
+                    Some(why) => {
+                        cached.unusable = Some(why);
+                        cached.basis = Basis::OutputsChanged;
+                        return (State::Run, cached);
+                    }
+                    None => None,
+                },
+            },
             None => None,
         };
         let Some(now) = now else {
@@ -142,6 +155,21 @@ pub fn state_of(
         return (State::Replay, cached);
     }
     (State::Run, cached)
+}
+
+/// Why the store entry `line` names cannot be read for its outputs, when
+/// it is there: unreadable, or recording another patch than the lock.
+/// `None` when there is no entry (a fresh clone: the line is checked on
+/// its inputs).
+fn unreadable_entry(store: &Store, line: &crate::lock::LockEntry) -> Option<String> {
+    match store.read_entry(&line.before) {
+        Ok(None) => None,
+        Ok(Some(e)) if e.patch != line.patch => {
+            Some(crate::store::Unusable::NotLocked { locked: line.patch.clone() }.to_string())
+        }
+        Ok(Some(_)) => None,
+        Err(why) => Some(why.to_string()),
+    }
 }
 
 /// The paths each recorded patch wrote or deleted, by patch hash, kept in

@@ -25,7 +25,7 @@ pub const BUILTIN_AGENTS: &[&str] = &["claude", "codex", "droid", "gemini"];
 pub const CONFIG_NODES: &[&str] =
     &["trust", "defaults", "cache", "limits", "setup", "test", "build", "prompt-template", "instructions", "agent"];
 const DEFAULTS_NODES: &[&str] = &["agent", "model", "timeout", "max-iterations", "max-cost"];
-const LIMITS_NODES: &[&str] = &["file-size", "change-size", "transcript"];
+const LIMITS_NODES: &[&str] = &["file-size", "change-size", "files", "transcript"];
 const AGENT_NODES: &[&str] = &["command", "pass-env", "try"];
 /// Placeholders a custom agent's command may use.
 pub const COMMAND_PLACEHOLDERS: &[&str] = &["prompt", "prompt_file", "workdir", "task", "model"];
@@ -328,6 +328,12 @@ fn read_limits(r: &mut Reader<'_>, node: &KdlNode, limits: &mut Limits) {
         if LIMITS_NODES.contains(&name) && !once.first(r, child) {
             continue;
         }
+        if name == "files" {
+            if let Some(n) = read_file_count(r, child) {
+                limits.files = n;
+            }
+            continue;
+        }
         let field = match name {
             "file-size" => &mut limits.file_size,
             "change-size" => &mut limits.change_size,
@@ -343,6 +349,25 @@ fn read_limits(r: &mut Reader<'_>, node: &KdlNode, limits: &mut Limits) {
             *field = size;
         }
     }
+}
+
+/// `files N` in `limits`: how many entries one change may touch, a whole
+/// number from 1.
+fn read_file_count(r: &mut Reader<'_>, node: &KdlNode) -> Option<u64> {
+    const EXAMPLE: &str = "files 10000";
+    let e = r.single(node, EXAMPLE)?;
+    let (message, label) = match e.value() {
+        KdlValue::Integer(n) if *n >= 1 => match u64::try_from(*n) {
+            Ok(n) => return Some(n),
+            Err(_) => (format!("`files` is too large: {n}"), "too large"),
+        },
+        KdlValue::Integer(n) => (format!("`files` must be at least 1, found {n}"), "out of range"),
+        KdlValue::Float(f) => (format!("`files` expects a whole number, found the fraction {f}"), "not a whole number"),
+        other => (format!("`files` expects a whole number, found {}", type_name(other)), "expected a whole number"),
+    };
+    r.error("bad-number", message, e.span(), label)
+        .set_help(format!("write how many entries one change may add, change or remove, as `{EXAMPLE}`"));
+    None
 }
 
 fn read_agent(r: &mut Reader<'_>, node: &KdlNode) -> Option<(CustomAgent, SourceSpan)> {
@@ -558,6 +583,37 @@ fn read_agents_toml(root: &Path, diags: &mut Diagnostics) -> Option<Trust> {
                     .help("cassist reads `trust_level = \"trusted\"` from this file when cassist.kdl sets no `trust`"),
             );
             None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> (ProjectConfig, Vec<String>) {
+        let mut diags = Diagnostics::default();
+        let src = SourceFile::new("cassist.kdl", text);
+        let config = parse_config(Path::new("/nonexistent"), Some(&src), &mut diags);
+        let errors = diags.sorted().into_iter().map(|d| d.message.clone()).collect();
+        (config, errors)
+    }
+
+    #[test]
+    fn the_files_limit_is_a_whole_number_from_one() {
+        let (config, errors) = read("");
+        assert_eq!((config.limits.files, errors.len()), (10_000, 0));
+        let (config, errors) = read("limits {\n    files 5\n}\n");
+        assert_eq!((config.limits.files, errors.len()), (5, 0));
+        for (value, said) in [
+            ("0", "`files` must be at least 1, found 0"),
+            ("-3", "`files` must be at least 1, found -3"),
+            ("1.5", "`files` expects a whole number, found the fraction 1.5"),
+            ("\"10000\"", "`files` expects a whole number, found a string"),
+        ] {
+            let (config, errors) = read(&format!("limits {{\n    files {value}\n}}\n"));
+            assert_eq!(errors, [said], "files {value}");
+            assert_eq!(config.limits.files, 10_000, "a bad value leaves the default");
         }
     }
 }

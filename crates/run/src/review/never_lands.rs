@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::scope::Scope;
 use super::{Finding, ReviewInput, Rule, Severity, verb};
 use cassist_core::changes::{Change, ChangeKind, ChangeSet, Hazard};
-use cassist_core::limits::format_size;
+use cassist_core::limits::{TooManyFiles, format_size};
 use cassist_core::paths::is_reserved_name;
 
 /// The paths a change touches: its own, and where a rename came from.
@@ -152,6 +152,15 @@ pub(super) fn check(changes: &ChangeSet, input: &ReviewInput) -> Vec<Finding> {
         ));
     }
     out.extend(entries);
+    let count = changes.changes.len() as u64;
+    if count > input.limits.files {
+        out.push(Finding {
+            rule: Rule::Limits,
+            severity: Severity::Reject,
+            path: None,
+            message: TooManyFiles { count, limit: input.limits.files }.to_string(),
+        });
+    }
     if total > input.limits.change_size {
         out.push(Finding {
             rule: Rule::Limits,
@@ -379,7 +388,7 @@ mod tests {
         );
         assert!(r.security_issue());
 
-        let small = Limits { file_size: 10, change_size: 25, transcript: 1 << 20 };
+        let small = Limits { file_size: 10, change_size: 25, transcript: 1 << 20, files: 10_000 };
         let files = vec![
             added("a", "0123456789"),
             added("b", "0123456789"),
@@ -400,6 +409,21 @@ mod tests {
             r.findings[1].message,
             "the change is 29 bytes, over the change-size limit of 25 bytes; make a smaller change"
         );
+    }
+
+    #[test]
+    fn a_change_over_the_files_limit_is_rejected_with_its_count() {
+        let limits = Limits { files: 5, ..Limits::DEFAULT };
+        // Empty files and deletions count too.
+        let mut files: Vec<Change> = (0..4).map(|i| added(&format!("src/f{i}"), "")).collect();
+        files.push(change("src/gone", ChangeKind::Deleted, Some("x"), None));
+        let r = run_input(files.clone(), &[], &OwnFiles::default(), limits);
+        assert!(!r.rejected(), "5 entries are within `files 5`: {r:?}");
+        files.push(added("src/f5", ""));
+        let r = run_input(files, &[], &OwnFiles::default(), limits);
+        assert_eq!(rules(&r), [Rule::Limits]);
+        assert_eq!(r.findings[0].message, "the change has 6 files, over the limit of 5 (limits files)");
+        assert!(r.security_issue());
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::agent::invoke::{self, Invocation};
 use crate::workspace::{Layer, Mode, Workspace};
 use cassist_core::changes::ChangeSet;
 use cassist_core::event::{AcceptanceReport, Event, SubtaskReport};
+use cassist_core::limits::TooManyFiles;
 use cassist_core::plan::PlannedTask;
 use cassist_sandbox::process;
 
@@ -244,7 +245,18 @@ impl<'a> TaskContext<'a> {
 
     /// The workspace's change so far.
     pub fn read_changes(&mut self) -> Result<ChangeSet, Failure> {
-        self.ws.changes().map_err(|e| Failure::failed(format!("cannot read the workspace's changes: {e}")))
+        self.read_changes_within_limits()?
+            .map_err(|too_many| Failure::failed(format!("rejected as a security issue: {too_many}")))
+    }
+
+    /// The workspace's change, or its count when it touches more entries
+    /// than `limits { files }` allows (nothing past the limit was read).
+    pub fn read_changes_within_limits(&mut self) -> Result<Result<ChangeSet, TooManyFiles>, Failure> {
+        match self.ws.changes() {
+            Ok(changes) => Ok(Ok(changes)),
+            Err(crate::workspace::Error::TooManyFiles(too_many)) => Ok(Err(too_many)),
+            Err(e) => Err(Failure::failed(format!("cannot read the workspace's changes: {e}"))),
+        }
     }
 
     /// `sh -c cmd` in the workspace as a command of `role` (setup: its

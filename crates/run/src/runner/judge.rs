@@ -28,13 +28,26 @@ pub fn judge(task: &mut TaskContext<'_>, attempt: u32, ran: &Ran) -> Result<Judg
     }
     // What changed.
     task.phase("review", attempt, "");
-    let changes = task.read_changes()?;
+    let changes = match task.read_changes_within_limits()? {
+        Ok(changes) => changes,
+        // Counted, not read: rejected with its count alone.
+        Err(too_many) => {
+            let review = Review {
+                findings: vec![review::Finding {
+                    rule: review::Rule::Limits,
+                    severity: review::Severity::Reject,
+                    path: None,
+                    message: too_many.to_string(),
+                }],
+            };
+            record_review(task, attempt, &review);
+            let reason = review_reason(&review, task.read_only());
+            return Ok(Judged::Problem { reason, feedback: review.feedback(), changes: None });
+        }
+    };
     task.set_changed_files(&changes);
     let review = review_changes(task, &changes);
-    let _ = std::fs::write(
-        task.record_dir().join(format!("review-{attempt}.json")),
-        serde_json::to_vec_pretty(&review).unwrap_or_default(),
-    );
+    record_review(task, attempt, &review);
     for w in review.findings.iter().filter(|f| f.severity == review::Severity::Warning) {
         task.note(format!("review: {}", w.message));
     }
@@ -48,12 +61,26 @@ pub fn judge(task: &mut TaskContext<'_>, attempt: u32, ran: &Ran) -> Result<Judg
     Ok(Judged::Fine(changes))
 }
 
+/// Writes attempt `attempt`'s review into the task's record folder.
+fn record_review(task: &TaskContext<'_>, attempt: u32, review: &Review) {
+    let _ = std::fs::write(
+        task.record_dir().join(format!("review-{attempt}.json")),
+        serde_json::to_vec_pretty(review).unwrap_or_default(),
+    );
+}
+
 /// The review of `changes` ([`review::review`]: scope, read-only, new
 /// dependencies, secrets, cassist's own files, special files, sizes), and
 /// of the values of secret variables written into them.
 pub fn review_changes(task: &TaskContext<'_>, changes: &ChangeSet) -> Review {
-    let t = task.task();
-    let plan = &task.runner().plan;
+    review_for(task.runner(), task.task(), changes)
+}
+
+/// [`review_changes`] of task `t`, against its spec and the project's
+/// config as this run has them (a stored change is reviewed before it has
+/// a workspace).
+pub fn review_for(runner: &super::Runner, t: &cassist_core::plan::PlannedTask, changes: &ChangeSet) -> Review {
+    let plan = &runner.plan;
     let config = &plan.project.config;
     let own_files = OwnFiles {
         task_files: plan.tasks.iter().map(|t| t.task.source.name.clone()).collect(),
@@ -74,7 +101,7 @@ pub fn review_changes(task: &TaskContext<'_>, changes: &ChangeSet) -> Review {
     );
     // The value of a secret variable of cassist's own environment,
     // written into a file, is a leak whatever its shape.
-    let redactor = &task.runner().redactor;
+    let redactor = &runner.redactor;
     for c in &changes.changes {
         let in_name = redactor.contains_secret(c.path.as_bytes());
         let in_content = c.new.as_deref().is_some_and(|b| redactor.contains_secret(b))

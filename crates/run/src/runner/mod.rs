@@ -74,12 +74,33 @@ pub struct TaskResult {
     pub lock_line: Option<LockLine>,
     /// A passed task's store entry was written.
     pub recorded: bool,
+    /// `--locked`: the task would need an agent, and why (a stored change
+    /// it was to replay was refused).
+    pub needs_agent: Option<Vec<String>>,
 }
 
 impl TaskResult {
     pub fn new(end: TaskEnd) -> TaskResult {
-        TaskResult { end, record_dir: None, changes: None, split: Vec::new(), lock_line: None, recorded: false }
+        TaskResult {
+            end,
+            record_dir: None,
+            changes: None,
+            split: Vec::new(),
+            lock_line: None,
+            recorded: false,
+            needs_agent: None,
+        }
     }
+}
+
+/// What a task whose replay is refused runs with instead: what
+/// [`Runner::run_task`] needs.
+#[derive(Debug, Clone, Default)]
+pub struct Instead {
+    /// The findings of its explore/review dependencies.
+    pub summaries: Vec<(String, String)>,
+    /// The parts it was last split into, if it was.
+    pub split: Vec<Part>,
 }
 
 /// Everything one task run needs; shared by the tasks running at once.
@@ -176,6 +197,7 @@ impl Ending {
                     split: done.split,
                     lock_line: None,
                     recorded: done.recorded,
+                    needs_agent: None,
                 }
             }
             Err(f) => {
@@ -292,26 +314,55 @@ impl Runner {
 
     /// Replays a recorded change (a task in state `replay`: its inputs are
     /// a stored run's, its change is not in the tree): no agent; the stored
-    /// patch is applied in a fresh workspace, acceptance is verified, and
-    /// the change is integrated.
-    pub fn replay_task(&self, t: &PlannedTask, entry: &cassist_core::store::Entry) -> TaskResult {
+    /// change is checked and reviewed, merged in a fresh workspace,
+    /// reviewed again, accepted, and integrated ([`replay`]). A change
+    /// refused at any step is never the task's failure: one warning says
+    /// why and the agent runs instead, with `instead`; under `--locked`
+    /// the task is refused (it would need an agent).
+    pub fn replay_task(&self, t: &PlannedTask, entry: &cassist_core::store::Entry, instead: &Instead) -> TaskResult {
+        if let Err(refused) = replay::vet(self, t, entry) {
+            return self.instead_of_replay(t, refused, instead);
+        }
         let facts = Facts { agent: Some(entry.agent.clone()), summary: entry.summary.clone(), ..Facts::default() };
-        self.recorded(t, facts, |record, facts| {
+        let mut refused = None;
+        let result = self.recorded(t, facts, |record, facts| {
             let ws = match self.create_workspace(t) {
                 Ok(ws) => ws,
                 Err(f) => return Ending::early(facts, f),
             };
             let mut task = TaskContext::new(self, t, record, ws, Vec::new(), facts);
-            let outcome = replay::replay(&mut task, entry).map(|changes| Done {
-                state: TaskState::Replayed,
-                changes,
-                split: Vec::new(),
-                recorded: false,
-            });
+            let outcome = match replay::replay(&mut task, entry) {
+                Ok(Ok(changes)) => Ok(Done { state: TaskState::Replayed, changes, split: Vec::new(), recorded: false }),
+                Ok(Err(r)) => {
+                    let failure = Failure::failed(r.0.clone());
+                    refused = Some(r);
+                    Err(failure)
+                }
+                Err(f) => Err(f),
+            };
             // A replay's workspace is never kept: it goes with the task.
             let (facts, _ws) = task.into_parts();
             Ending { facts, outcome, workspace: None }
-        })
+        });
+        match refused {
+            Some(refused) => self.instead_of_replay(t, refused, instead),
+            None => result,
+        }
+    }
+
+    /// A replay that was refused: the agent runs instead, after one
+    /// warning naming the task and why; under `--locked`, which starts no
+    /// agent, the task is refused as one that needs an agent.
+    fn instead_of_replay(&self, t: &PlannedTask, refused: replay::Refused, instead: &Instead) -> TaskResult {
+        let name = &t.task.name;
+        let why = self.redactor.redact(&refused.0);
+        if self.locked {
+            let mut r = TaskResult::new(t.skipped(format!("--locked: an agent would be needed ({why})")));
+            r.needs_agent = Some(vec![why]);
+            return r;
+        }
+        cassist_core::errln!("warning: task `{name}`: {why}; running the agent instead");
+        self.run_task(t, &instead.summaries, &instead.split)
     }
 
     /// Runs `body` with the task's record folder, timed; the report goes

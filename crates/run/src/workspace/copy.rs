@@ -92,12 +92,11 @@ impl CopyBacking {
         {
             return Ok(());
         }
-        let orig = self.started_from(rel);
-        let old = match copied {
-            Some(_) => std::fs::symlink_metadata(&orig).ok(),
-            None => None,
-        };
-        insert_change(out, reader.change(rel, path, meta, old.as_ref().map(|m| (orig.as_path(), m)))?);
+        // Where it started from, for a file that was copied (an added one
+        // has no older self to look up).
+        let orig = copied.map(|_| self.started_from(rel));
+        let old = orig.as_ref().and_then(|o| std::fs::symlink_metadata(o).ok().map(|m| (o.as_path(), m)));
+        insert_change(out, reader.change(rel, path, meta, old.as_ref().map(|(p, m)| (*p, m)))?);
         Ok(())
     }
 

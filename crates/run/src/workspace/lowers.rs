@@ -1,6 +1,8 @@
 //! A stack of read-only layers, top first, read as overlayfs shows them
 //! merged ([`Lowers`]).
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -10,6 +12,10 @@ use std::path::{Path, PathBuf};
 /// hides the folders of the same path below.
 pub(super) struct Lowers<'a> {
     layers: &'a [PathBuf],
+    /// The layers that show each folder looked up so far (empty: no folder
+    /// there in the merged view): the folders on a path's way are looked
+    /// up once, not once for every entry below them.
+    folders: RefCell<HashMap<PathBuf, Vec<&'a Path>>>,
 }
 
 /// What [`Lowers::walk`] calls for each entry: `(rel, real, is_dir, from)`;
@@ -27,7 +33,7 @@ enum Merged<'a> {
 
 impl<'a> Lowers<'a> {
     pub(super) fn new(layers: &'a [PathBuf]) -> Lowers<'a> {
-        Lowers { layers }
+        Lowers { layers, folders: RefCell::new(HashMap::new()) }
     }
 
     /// `rel_dir/name` seen through `layers` (those showing `rel_dir`).
@@ -52,18 +58,30 @@ impl<'a> Lowers<'a> {
     }
 
     fn merged(&self, rel: &Path) -> Merged<'a> {
-        let mut layers: Vec<&'a Path> = self.layers.iter().map(PathBuf::as_path).collect();
-        let mut at = PathBuf::new();
-        let mut found = Merged::Folder(layers.clone());
-        for name in rel.components() {
-            at.push(name);
-            found = Lowers::step(&at, &layers);
-            match &found {
-                Merged::Folder(f) => layers = f.clone(),
-                _ => layers = Vec::new(),
-            }
+        let Some(parent) = rel.parent() else { return Merged::Folder(self.all()) };
+        let layers = self.folder(parent);
+        if layers.is_empty() { Merged::Absent } else { Lowers::step(rel, &layers) }
+    }
+
+    fn all(&self) -> Vec<&'a Path> {
+        self.layers.iter().map(PathBuf::as_path).collect()
+    }
+
+    /// The layers that show the folder `dir`, top first; empty when the
+    /// merged view has no folder there.
+    fn folder(&self, dir: &Path) -> Vec<&'a Path> {
+        if dir.as_os_str().is_empty() {
+            return self.all();
         }
-        if rel.as_os_str().is_empty() { Merged::Folder(layers) } else { found }
+        if let Some(f) = self.folders.borrow().get(dir) {
+            return f.clone();
+        }
+        let f = match self.merged(dir) {
+            Merged::Folder(f) => f,
+            _ => Vec::new(),
+        };
+        self.folders.borrow_mut().insert(dir.to_path_buf(), f.clone());
+        f
     }
 
     /// Where the entry the lowers show at `rel` really is (a file's layer,

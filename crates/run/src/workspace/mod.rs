@@ -157,6 +157,10 @@ pub enum Error {
     /// A path of a change holds a NUL byte, which no file name can.
     #[error(transparent)]
     Nul(#[from] std::ffi::NulError),
+    /// The change touches more entries than `limits { files }` allows
+    /// (counted; nothing past the limit was read).
+    #[error(transparent)]
+    TooManyFiles(#[from] cassist_core::limits::TooManyFiles),
 }
 
 /// Where a workspace is: set when it is made, the same for its whole life.
@@ -463,17 +467,41 @@ impl Workspace {
     /// (see [`crate::entry`]); never ignored files or what cassist placed.
     /// Entries the review rejects are part of it, never left out: special
     /// files, names that are not UTF-8, files over the limits (unread),
-    /// changes below `.git/` and `.cassist/`.
+    /// changes below `.git/` and `.cassist/`. A change with more entries
+    /// than `limits { files }` is [`Error::TooManyFiles`], with its count:
+    /// past the limit, entries are counted and nothing more is read.
     pub fn changes(&mut self) -> Result<ChangeSet, Error> {
+        let (raw, over) = self.scan(self.limits)?;
+        let count = raw.len() as u64;
+        if count > self.limits.files {
+            return Err(cassist_core::limits::TooManyFiles { count, limit: self.limits.files }.into());
+        }
+        let raw = if over {
+            // Entries left out after they were counted (ignored deletions,
+            // what cassist placed) took the count past the limit: the
+            // change is within it, read whole.
+            self.scan(Limits { files: u64::MAX, ..self.limits })?.0
+        } else {
+            raw
+        };
+        let mut changes = detect_renames(raw.into_values().collect());
+        let stack = self.stack();
+        self.start.fix(&self.root, &mut changes, &|p| stack.iter().any(|l| l.paths().contains(p)));
+        Ok(ChangeSet { changes })
+    }
+
+    /// One reading of the change within `limits`: its entries by path, and
+    /// whether the reader went past `files` (their content is then unread).
+    fn scan(&mut self, limits: Limits) -> Result<(BTreeMap<String, Change>, bool), Error> {
         let mut scan = Scan {
-            reader: Reader::new(self.limits),
+            reader: Reader::new(limits),
             // .gitignore files as the agent left them: the workspace's first.
             ignore: IgnoreCheck::new(&self.root, self.backing.gitignore_layers()),
             literals: &self.literals,
             found: BTreeMap::new(),
         };
         let mut ignored = self.backing.changes(&mut scan)?;
-        let Scan { ignore, found: mut raw, .. } = scan;
+        let Scan { ignore, found: mut raw, reader, .. } = scan;
         raw.retain(|path, c| {
             let rel = raw_path(c);
             !self.placed.contains(path) && (self.literals.names(&rel) || !ignore.ignored(&rel, false))
@@ -481,10 +509,7 @@ impl Workspace {
         ignored.retain(|p| !self.placed.contains(p));
         ignored.sort();
         self.ignored = ignored;
-        let mut changes = detect_renames(raw.into_values().collect());
-        let stack = self.stack();
-        self.start.fix(&self.root, &mut changes, &|p| stack.iter().any(|l| l.paths().contains(p)));
-        Ok(ChangeSet { changes })
+        Ok((raw, reader.over_files()))
     }
 
     /// Keeps the workspace on disk for the user instead of removing it,
