@@ -21,6 +21,7 @@ mod fanout;
 mod fuzz;
 mod hash;
 mod mcp;
+mod outputs;
 mod parallel;
 mod remote;
 mod review;

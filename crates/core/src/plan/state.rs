@@ -997,6 +997,210 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "untouched");
     }
 
+    /// A project whose task `t` reads `*.txt` (so its own output
+    /// `out.txt` too) besides `src.txt`, planned with `out.txt` holding
+    /// `out` (`None`: absent).
+    fn planned(dir: &Path, out: Option<&str>) -> (crate::plan::Plan, PlannedTask) {
+        let write = |rel: &str, text: &str| {
+            std::fs::create_dir_all(dir.join(rel).parent().unwrap()).unwrap();
+            std::fs::write(dir.join(rel), text).unwrap();
+        };
+        write("cassist.kdl", "trust \"workspace-write\"\n");
+        write("tasks/t.kdl", "task \"t\" {\n    goal \"g\"\n    context {\n        file \"*.txt\"\n    }\n}\n");
+        if !dir.join("src.txt").exists() {
+            write("src.txt", "source\n");
+        }
+        match out {
+            Some(text) => write("out.txt", text),
+            None => {
+                let _ = std::fs::remove_file(dir.join("out.txt"));
+            }
+        }
+        let plan = crate::plan::load_and_plan(dir, &Default::default()).unwrap();
+        let t = plan.tasks[0].clone();
+        (plan, t)
+    }
+
+    /// The state of `t` against `lock` and the project's store, on the
+    /// tree as it is.
+    fn state(dir: &Path, lock: &Lock, t: &PlannedTask) -> (State, Cached) {
+        let store = Store::open(dir);
+        let mut cache = FileHashCache::load(&dir.join("no-cache"));
+        let overlay = Overlay::default();
+        let mut view = View::new(dir, &mut cache, &overlay);
+        state_of(lock, &store, &mut OutputIndex::load(dir), t, &mut view)
+    }
+
+    /// A store entry of task `t`: its run from `before` to `after` made
+    /// these changes (path, kind, old, new), their contents stored.
+    fn entry(
+        store: &Store,
+        before: &str,
+        after: &str,
+        changes: &[(&str, ChangeKind, Option<&str>, Option<&str>)],
+    ) -> Entry {
+        let put = |text: Option<&str>| text.map(|t| store.put_object(t.as_bytes()).unwrap());
+        let changes: Vec<crate::store::StoredChange> = changes
+            .iter()
+            .map(|(path, kind, old, new)| crate::store::StoredChange {
+                path: (*path).to_owned(),
+                kind: kind.clone(),
+                old: put(*old),
+                new: put(*new),
+                mode: crate::changes::S_IFREG | 0o644,
+                old_mode: old.map(|_| crate::changes::S_IFREG | 0o644),
+            })
+            .collect();
+        let e = Entry {
+            format: crate::store::ENTRY_FORMAT,
+            task: "t".into(),
+            before: before.into(),
+            after: after.into(),
+            patch: crate::store::patch_hash(&changes),
+            outputs: Some(outputs_of(&changes)),
+            changes,
+            key: serde_json::json!({}),
+            after_key: None,
+            agent: "a".into(),
+            agent_version: None,
+            date: String::new(),
+            summary: None,
+            cost_usd: None,
+            duration_ms: 0,
+            attempts: 1,
+            records: Default::default(),
+            split: Vec::new(),
+        };
+        store.put_entry(&e).unwrap();
+        e
+    }
+
+    /// The lock of one line, `t`'s, made from its store entry.
+    fn lock_of(e: &Entry) -> Lock {
+        let line = LockEntry {
+            before: e.before.clone(),
+            after: e.after.clone(),
+            outputs: e.outputs.as_ref().map(outputs_hash),
+            output_files: output_records(e),
+            patch: e.patch.clone(),
+            agent: e.agent.clone(),
+            agent_version: None,
+            date: String::new(),
+        };
+        Lock { tasks: [("t".to_owned(), line)].into() }
+    }
+
+    #[test]
+    fn inputs_that_differ_only_in_the_tasks_own_outputs_are_as_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, landed) = planned(dir.path(), Some("landed\n"));
+        let recorded: BTreeMap<String, LockedOutput> =
+            [("out.txt".to_owned(), LockedOutput { hash: Some(hash_bytes(b"landed\n")), created: true })].into();
+        assert_eq!(hash_with_outputs(&landed, &recorded), None, "nothing to take back");
+        let (_, edited) = planned(dir.path(), Some("edited\n"));
+        assert_ne!(edited.hash, landed.hash);
+        assert_eq!(hash_with_outputs(&edited, &recorded).as_deref(), Some(landed.hash.as_str()));
+        // Deleted: it comes back where the task's pattern takes it in.
+        let (_, deleted) = planned(dir.path(), None);
+        assert_eq!(hash_with_outputs(&deleted, &recorded).as_deref(), Some(landed.hash.as_str()));
+        // One the task deleted goes.
+        let gone: BTreeMap<String, LockedOutput> = [("out.txt".to_owned(), LockedOutput::default())].into();
+        assert_eq!(hash_with_outputs(&edited, &gone).as_deref(), Some(deleted.hash.as_str()));
+        // Another input changed too: not as recorded.
+        std::fs::write(dir.path().join("src.txt"), "other source\n").unwrap();
+        let (_, moved) = planned(dir.path(), Some("edited\n"));
+        assert_ne!(hash_with_outputs(&moved, &recorded).as_deref(), Some(landed.hash.as_str()));
+    }
+
+    #[test]
+    fn a_user_edit_is_kept_a_missing_created_output_replayed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        let (_, before) = planned(dir.path(), None);
+        let (_, after) = planned(dir.path(), Some("new\n"));
+        let e = entry(&store, &before.hash, &after.hash, &[("out.txt", ChangeKind::Added, None, Some("new\n"))]);
+        let lock = lock_of(&e);
+        let (st, c) = state(dir.path(), &lock, &after);
+        assert_eq!((st, c.basis, c.outputs_edited.len()), (State::UpToDate, Basis::After, 0));
+
+        let (_, edited) = planned(dir.path(), Some("mine\n"));
+        let (st, c) = state(dir.path(), &lock, &edited);
+        assert_eq!((st, c.outputs_edited), (State::UpToDate, vec!["output edited: out.txt".to_owned()]));
+
+        let (_, deleted) = planned(dir.path(), None);
+        let (st, c) = state(dir.path(), &lock, &deleted);
+        assert_eq!((st, c.entry.as_deref()), (State::Replay, Some(before.hash.as_str())));
+        // Without the entry (a clone with no store): the agent runs.
+        store.remove_entry(&e.before).unwrap();
+        let (st, c) = state(dir.path(), &lock, &deleted);
+        assert_eq!((st, c.unusable), (State::Run, None));
+        // An entry that does not read: said, and the task runs.
+        std::fs::create_dir_all(store.entry_path("x").parent().unwrap()).unwrap();
+        std::fs::write(store.entry_path(&e.before), "{ garbage").unwrap();
+        let (st, c) = state(dir.path(), &lock, &deleted);
+        assert!(st == State::Run && c.unusable.is_some(), "{c:?}");
+    }
+
+    #[test]
+    fn a_changed_file_is_replayed_when_back_at_its_base_and_kept_when_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        // `t` changed `out.txt` (which it reads) from `a b c` to `a B c`.
+        let (_, before) = planned(dir.path(), Some("a\nb\nc\n"));
+        let (_, after) = planned(dir.path(), Some("a\nB\nc\n"));
+        let changes = [("out.txt", ChangeKind::Modified, Some("a\nb\nc\n"), Some("a\nB\nc\n"))];
+        let e = entry(&store, &before.hash, &after.hash, &changes);
+        let lock = lock_of(&e);
+        // Back at its base: the inputs are the before-state.
+        let (st, c) = state(dir.path(), &lock, &before);
+        assert_eq!((st, c.basis), (State::Replay, Basis::Before));
+        // Deleted by the user: kept.
+        let (_, deleted) = planned(dir.path(), None);
+        let (st, c) = state(dir.path(), &lock, &deleted);
+        assert_eq!((st, c.outputs_edited), (State::UpToDate, vec!["output deleted: out.txt".to_owned()]));
+        // Edited on another line: kept too.
+        let (_, edited) = planned(dir.path(), Some("a\nB\nc!\n"));
+        let (st, _) = state(dir.path(), &lock, &edited);
+        assert_eq!(st, State::UpToDate);
+    }
+
+    #[test]
+    fn a_replay_that_would_not_merge_is_run_and_one_that_merges_is_laid_merged() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        let (_, before) = planned(dir.path(), Some("x\n"));
+        // `t`'s stored run changed `notes.md` (no input of it) and lock
+        // names it with inputs equal to now: a replay, if it merges.
+        let changes = [("notes.md", ChangeKind::Modified, Some("a\nb\nc\nd\ne\n"), Some("a\nB\nc\nd\ne\n"))];
+        let e = entry(&store, &before.hash, "elsewhere", &changes);
+        let lock = lock_of(&e);
+        std::fs::write(dir.path().join("notes.md"), "a\nmine\nc\nd\ne\n").unwrap();
+        let (st, c) = state(dir.path(), &lock, &before);
+        assert_eq!((st, c.basis, c.conflict.as_deref()), (State::Run, Basis::Before, Some("notes.md")));
+        assert_eq!(c.entry, None);
+        // The user's edit on another line: merged.
+        std::fs::write(dir.path().join("notes.md"), "a\nb\nc\nd\nmine\n").unwrap();
+        let mut cache = FileHashCache::load(&dir.path().join("no-cache"));
+        let overlay = Overlay::default();
+        let mut view = View::new(dir.path(), &mut cache, &overlay);
+        let (st, _) = state_of(&lock, &store, &mut OutputIndex::load(dir.path()), &before, &mut view);
+        assert_eq!(st, State::Replay);
+        let merged = view.take_merged();
+        let want = Merged::Write { bytes: b"a\nB\nc\nd\nmine\n".to_vec(), mode: crate::changes::S_IFREG | 0o644 };
+        assert_eq!(merged, [("notes.md".to_owned(), want)]);
+        // Laid over the tree, a later dry run reads the merged content.
+        let mut overlay = Overlay::default();
+        overlay.lay_merged("t", merged);
+        let again = View::new(dir.path(), &mut cache, &overlay);
+        assert_eq!(again.dry_run(&store, &e).unwrap(), [("notes.md".to_owned(), Merged::Keep)]);
+        // A base that was not kept: never guessed.
+        let mut unknown = e.clone();
+        unknown.changes[0].old = None;
+        let none = Overlay::default();
+        let view = View::new(dir.path(), &mut cache, &none);
+        assert_eq!(view.dry_run(&store, &unknown), Err("notes.md".to_owned()));
+    }
+
     #[test]
     fn a_pattern_matches_only_below_its_literal_folders() {
         assert_eq!(literal_prefix("src/*.py"), "src/");
