@@ -585,7 +585,7 @@ fn up_to_date(
     let recorded = lock.tasks.get(&t.task.name).map(|l| (l.agent.clone(), l.before.clone()));
     let recorded = match (&t.cached.entry, recorded) {
         (Some(e), Some((agent, before))) if *e != before => Some((agent, e.clone())),
-        (Some(e), None) => runner.plan.store.get_summary(e).map(|_| (t.agent.clone(), e.clone())),
+        (Some(e), None) => Some((t.agent.clone(), e.clone())),
         (_, recorded) => recorded,
     };
     if let Some((agent, before)) = recorded {
