@@ -86,9 +86,19 @@ pub fn run(cwd: &Path, command: &CacheCommand, out: &Output) -> Result {
             );
             // The workspaces kept for the user (--keep-workspace, blocked
             // tasks) stay until now.
-            let (kept, bytes) = cassist_run::workspace::remove_kept(&cassist_run::workspace::parent_dir(&root), &root);
+            let parent = cassist_run::workspace::parent_dir(&root);
+            let (kept, bytes) = cassist_run::workspace::remove_kept(&parent, &root);
             if kept > 0 {
                 cassist_core::outln!("removed {kept} kept workspace(s), freed {}", human_size(bytes));
+            }
+            // Those of projects that are gone: no run of theirs will.
+            let (orphans, bytes) =
+                cassist_run::workspace::remove_orphaned_kept(&parent, cassist_run::workspace::ORPHAN_GRACE);
+            if orphans > 0 {
+                cassist_core::outln!(
+                    "removed {orphans} workspace(s) kept for projects that no longer exist, freed {}",
+                    human_size(bytes)
+                );
             }
             Ok(())
         }

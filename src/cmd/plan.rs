@@ -70,6 +70,21 @@ pub fn run(cwd: &Path, args: &TaskArgs, json: bool, out: &Output) -> Result {
         ]);
     }
     cassist_core::out!("{}", table.render(|h| out.dim(h)));
+    // What the states alone do not say: outputs the user changed (kept as
+    // they are), replays that would not merge into the tree.
+    let mut notes = Vec::new();
+    for t in &plan.tasks {
+        let c = &t.cached;
+        let said =
+            c.outputs_edited.iter().cloned().chain(c.conflict.iter().map(|p| format!("replay would conflict: {p}")));
+        notes.extend(said.map(|note| format!("{}: {}", t.task.name, cassist_core::text::printable(&note))));
+    }
+    if !notes.is_empty() {
+        cassist_core::outln!();
+        for note in notes {
+            cassist_core::outln!("{note}");
+        }
+    }
     if !out.quiet {
         let runs = plan.tasks.iter().filter(|t| t.state == cassist_core::plan::State::Run).count();
         cassist_core::outln!(

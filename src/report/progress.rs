@@ -406,6 +406,10 @@ pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
         let summary = printable(r.summary.as_deref().unwrap_or(""));
         let summary = cassist_core::text::first_line(&summary, 100);
         let mut line = format!("{} {}", r.name, out.green("up-to-date"));
+        // Outputs the user changed since the run, left as they are.
+        if let Some(note) = &r.reason {
+            line.push_str(&format!(" ({}, kept)", printable(note)));
+        }
         if !summary.is_empty() {
             line.push_str(&format!(": {summary}"));
         }

@@ -70,6 +70,7 @@ fn earlier_lock() -> String {
         before: "1".repeat(64),
         after: "2".repeat(64),
         outputs: None,
+        output_files: Default::default(),
         patch: "3".repeat(64),
         agent: "good".into(),
         agent_version: None,

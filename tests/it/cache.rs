@@ -427,7 +427,7 @@ fn writers() -> Project {
 }
 
 #[test]
-fn a_deleted_or_edited_output_is_replayed_not_up_to_date() {
+fn a_missing_created_output_is_replayed_an_edited_one_kept() {
     let p = writers();
     // The outputs are hashed as the run left them: `second` edited the
     // output of `first`, which is still up-to-date.
@@ -435,14 +435,23 @@ fn a_deleted_or_edited_output_is_replayed_not_up_to_date() {
     assert_consistent(&p, &["first", "second"]);
     let lock = p.read("cassist.lock");
     assert_eq!(lock.matches("    outputs \"").count(), 2, "{lock}");
+    // Each output is in the lock: `first` created `out/first.txt`, which
+    // `second` changed; `second` created `out/second.txt`.
+    let parsed = cassist_core::lock::Lock::load(p.path()).unwrap();
+    let created = |task: &str| -> Vec<(String, bool)> {
+        parsed.tasks[task].output_files.iter().map(|(path, o)| (path.clone(), o.created)).collect()
+    };
+    assert_eq!(created("first"), [("out/first.txt".to_owned(), true)]);
+    assert_eq!(created("second"), [("out/first.txt".to_owned(), false), ("out/second.txt".to_owned(), true)]);
 
-    // Deleted: `first` writes it again, then `second` adds its line again.
+    // Deleted: `first` created it and writes it again; `second`'s line in
+    // it goes with first's replay, so `second` is replayed too.
     std::fs::remove_file(p.path().join("out/first.txt")).unwrap();
     assert_eq!(plan_states(&p), states(&[("first", "replay"), ("second", "replay")]));
     let why = explain(&p, "first");
     assert!(why.contains("state replay") && why.contains("output out/first.txt deleted"), "{why}");
     let why = explain(&p, "second");
-    assert!(why.contains("output out/first.txt changed"), "through first's replay, as run sees it: {why}");
+    assert!(why.contains("output out/first.txt changed by the replay of an earlier task"), "{why}");
     let done = p.run(&[]).exec();
     assert_eq!(done.states(), states(&[("first", "replayed"), ("second", "replayed")]), "{}", done.transcript());
     assert_eq!(calls_sorted(&p), strings(&["first", "second"]), "a replay called an agent");
@@ -450,17 +459,36 @@ fn a_deleted_or_edited_output_is_replayed_not_up_to_date() {
     assert_eq!(p.read("cassist.lock"), lock, "a replay reproduces the recorded tree");
     assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
 
-    // Edited by hand: the replay is merged into the tree as it is, where
-    // the edit conflicts with the stored change; `--locked` refuses the
-    // task, the edit and the lock stay.
+    // Edited by hand: the user's, left as it is by `run --locked` and
+    // `run`, and said.
     p.file("out/second.txt", "edited by hand\n");
+    assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
+    assert!(explain(&p, "second").contains("output edited: out/second.txt"), "{}", explain(&p, "second"));
+    for args in [&["--locked"][..], &[]] {
+        let done = p.run(args).exec();
+        assert_eq!(
+            done.states(),
+            states(&[("first", "up-to-date"), ("second", "up-to-date")]),
+            "{}",
+            done.transcript()
+        );
+        assert!(
+            done.stdout.contains("second up-to-date (output edited: out/second.txt, kept)"),
+            "{}",
+            done.transcript()
+        );
+        assert_eq!(done.task("second")["reason"], "output edited: out/second.txt");
+        assert_eq!(p.read("out/second.txt"), "edited by hand\n");
+        assert_eq!(p.read("cassist.lock"), lock);
+    }
+
+    // Deleted by hand: `second` created it, so it is written again; by
+    // `--locked`, which leaves the lock alone.
+    std::fs::remove_file(p.path().join("out/second.txt")).unwrap();
     assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "replay")]));
-    assert!(explain(&p, "second").contains("output out/second.txt changed"), "{}", explain(&p, "second"));
-    let done = p.run(&["--locked"]).status(3).exec();
-    assert_eq!(done.states(), states(&[("first", "up-to-date"), ("second", "skipped")]), "{}", done.transcript());
-    let said = "  second: replay would conflict: out/second.txt (added on both sides with different content)";
-    assert!(done.stderr.contains(said), "{}", done.transcript());
-    assert_eq!(p.read("out/second.txt"), "edited by hand\n");
+    let done = p.run(&["--locked"]).exec();
+    assert_eq!(done.states(), states(&[("first", "up-to-date"), ("second", "replayed")]), "{}", done.transcript());
+    assert_eq!(p.read("out/second.txt"), "Write the second.\n");
     assert_eq!(p.read("cassist.lock"), lock, "--locked wrote cassist.lock");
     assert_eq!(calls(&p).len(), 2);
     assert_consistent(&p, &["first", "second"]);
@@ -470,7 +498,9 @@ fn a_deleted_or_edited_output_is_replayed_not_up_to_date() {
 fn a_lock_line_without_outputs_is_checked_on_inputs_only() {
     let p = writers();
     let lock = p.read("cassist.lock");
-    let old: String = lock.lines().filter(|l| !l.starts_with("    outputs ")).map(|l| format!("{l}\n")).collect();
+    // Neither the outputs' hash nor each output: as a release before both
+    // wrote it.
+    let old: String = lock.lines().filter(|l| !l.starts_with("    output")).map(|l| format!("{l}\n")).collect();
     assert_ne!(old, lock);
     p.file("cassist.lock", &old);
     std::fs::remove_file(p.path().join("out/second.txt")).unwrap();
@@ -863,7 +893,14 @@ fn a_changed_model_runs_that_task_again_and_explain_names_it() {
     // From one model to another, and back to the CLI's default.
     p.edit("tasks/t.kdl", "model \"m-big\"", "model \"m-bigger\"");
     assert!(explain(&p, "other").contains("\n  model m-big → m-bigger\n"), "{}", explain(&p, "other"));
+    // Back to the CLI's default, with the tree as the run of the default
+    // left it: the store knows that after-state.
     p.edit("tasks/t.kdl", "\n    model \"m-bigger\"", "");
+    assert_eq!(plan_states(&p)["other"], "up-to-date");
+    assert!(explain(&p, "other").contains("its inputs are as a stored run left them"), "{}", explain(&p, "other"));
+    // With another output, it is not: the model change is what explain
+    // names.
+    p.file("out/other.txt", "Written by hand.\n");
     assert!(explain(&p, "other").contains("\n  model m-big → default\n"), "{}", explain(&p, "other"));
 }
 
@@ -1091,13 +1128,16 @@ fn cache_ls_gc_and_clean() {
     assert!(!p.exists(".cassist/store/entries"));
     p.cassist(&["cache", "ls"]).stdout_has("the store is empty").exec();
     restore_outputs(&p);
-    assert_eq!(plan_states(&p), all("run"));
+    // `other`'s output, put back to `todo`, is no longer what its run
+    // started from: the user's, left as it is.
+    assert_eq!(plan_states(&p), states(&[("base", "run"), ("other", "up-to-date"), ("top", "run")]));
     let why = explain(&p, "base");
     assert!(why.contains("the store holds no record"), "{why}");
+    assert!(explain(&p, "other").contains("output edited: out/other.txt"), "{}", explain(&p, "other"));
     let done = p.run(&[]).exec();
-    assert_eq!(done.states(), all("passed"), "{}", done.transcript());
-    assert_eq!(calls(&p).len(), 7);
-    assert_consistent(&p, &ALL);
+    assert_eq!(done.states(), states(&[("base", "passed"), ("other", "up-to-date"), ("top", "passed")]));
+    assert_eq!(calls(&p).len(), 6);
+    assert_eq!(p.read("out/other.txt"), "todo\n");
     assert_all_up_to_date(&p);
 }
 

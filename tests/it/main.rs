@@ -22,6 +22,7 @@ mod fanout;
 mod fuzz;
 mod hash;
 mod mcp;
+mod outputs;
 mod parallel;
 mod remote;
 mod replay;

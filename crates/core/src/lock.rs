@@ -10,6 +10,9 @@
 //!     before "<input hash before the run>"
 //!     after "<input hash of the project the run left>"
 //!     outputs "<hash of the task's outputs in the project the run left>"
+//!     output "src/new.py" "<content hash>" created=#true
+//!     output "src/old.py" "<content hash>"
+//!     output "src/gone.py" #null
 //!     patch "<hash of the integrated change>"
 //!     agent "claude" version="2.1.197 (Claude Code)"
 //!     date "2026-11-30T12:00:00Z"
@@ -22,9 +25,14 @@
 //! rest of the after-state: blake3 over the sorted paths the task's patch
 //! wrote or deleted, each with its content hash as the run left the tree
 //! (absent for a deleted path; see [`crate::plan::state::outputs_hash`]).
-//! A task is `up-to-date` when its inputs equal `after` and its outputs
-//! still hash to `outputs`. A line without `outputs` (written by an older
-//! cassist) is checked on its inputs only.
+//! Each `output` names one of them with its content hash as the run left
+//! it (`#null`: the task deleted it) and whether the task created it
+//! (`created=#true`), sorted by path: a clone with no `.cassist/` knows from
+//! the lock alone which outputs exist and what they hold (see
+//! [`crate::plan::state`] for what an edited, deleted or missing output
+//! means). A line without `output` nodes (an older cassist's) is checked
+//! against `outputs` through the store, one without `outputs` either on
+//! its inputs only.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -42,10 +50,26 @@ pub struct LockEntry {
     /// The task's outputs as the run left them (`None`: a line written by
     /// an older cassist, checked on inputs only).
     pub outputs: Option<String>,
+    /// Each output: path → its content hash as the run left it and
+    /// whether the task created it (empty: a line of an older cassist,
+    /// whose outputs are known from the store only). Their hashes are
+    /// what `outputs` is the hash of.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub output_files: BTreeMap<String, LockedOutput>,
     pub patch: String,
     pub agent: String,
     pub agent_version: Option<String>,
     pub date: String,
+}
+
+/// One output of a task's recorded run.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct LockedOutput {
+    /// Its content hash as the run left the tree; `None`: absent (the task
+    /// deleted it).
+    pub hash: Option<String>,
+    /// The task's change added it (a new file, or a rename's destination).
+    pub created: bool,
 }
 
 /// The whole lock file.
@@ -82,6 +106,9 @@ pub enum LockError {
     Unnamed,
     #[error("{LOCK_FILE}: task `{task}` has no `{field}`")]
     MissingField { task: String, field: &'static str },
+    /// An `output` node that is not a path and a hash (or `#null`).
+    #[error("{LOCK_FILE}: task `{task}` has an `output` that is not a path and a content hash")]
+    BadOutput { task: String },
     /// Writing the changed file ([`Lock::update`]).
     #[error(transparent)]
     Write(std::io::Error),
@@ -135,12 +162,21 @@ impl Lock {
                         get(key).ok_or_else(|| LockError::MissingField { task: name.clone(), field: key })
                     };
                     let agent_node = node.children().and_then(|c| c.get("agent"));
+                    let mut output_files = BTreeMap::new();
+                    for o in node.children().into_iter().flat_map(|c| c.nodes()) {
+                        if o.name().value() != "output" {
+                            continue;
+                        }
+                        let (path, output) = locked_output(o).ok_or(LockError::BadOutput { task: name.clone() })?;
+                        output_files.insert(path, output);
+                    }
                     lock.tasks.insert(
                         name.clone(),
                         LockEntry {
                             before: field("before")?,
                             after: field("after")?,
                             outputs: get("outputs"),
+                            output_files,
                             patch: field("patch")?,
                             agent: field("agent")?,
                             agent_version: agent_node
@@ -179,6 +215,19 @@ impl Lock {
             field(&mut out, "after", &e.after);
             if let Some(o) = &e.outputs {
                 field(&mut out, "outputs", o);
+            }
+            for (path, o) in &e.output_files {
+                out.push_str("    output ");
+                push_quoted(&mut out, path);
+                out.push(' ');
+                match &o.hash {
+                    Some(h) => push_quoted(&mut out, h),
+                    None => out.push_str("#null"),
+                }
+                if o.created {
+                    out.push_str(" created=#true");
+                }
+                out.push('\n');
             }
             field(&mut out, "patch", &e.patch);
             out.push_str("    agent ");
@@ -258,6 +307,16 @@ fn parse_own_format(text: &str) -> Option<Lock> {
                     }
                     None => None,
                 };
+                // Then each output, sorted (none in older lines).
+                let mut output_files = BTreeMap::new();
+                while let Some(rest) = next.strip_prefix("    output ") {
+                    let (path, output) = own_output(rest)?;
+                    if output_files.last_key_value().is_some_and(|(last, _)| *last >= path) {
+                        return None;
+                    }
+                    output_files.insert(path, output);
+                    next = lines.next()?;
+                }
                 let patch = unquote(next.strip_prefix("    patch ")?)?;
                 let agent_line = lines.next()?.strip_prefix("    agent ")?;
                 let (agent, agent_version) = match agent_line.find("\" version=\"") {
@@ -268,10 +327,69 @@ fn parse_own_format(text: &str) -> Option<Lock> {
                 if lines.next()? != "}" {
                     return None;
                 }
-                lock.tasks.insert(name, LockEntry { before, after, outputs, patch, agent, agent_version, date });
+                lock.tasks.insert(
+                    name,
+                    LockEntry { before, after, outputs, output_files, patch, agent, agent_version, date },
+                );
             }
         }
     }
+}
+
+/// An `output` node read through KDL: its path, its hash (a string, or
+/// `#null`) and its `created` flag; `None` for any other shape.
+fn locked_output(node: &kdl::KdlNode) -> Option<(String, LockedOutput)> {
+    let mut args = node.entries().iter().filter(|e| e.name().is_none()).map(|e| e.value());
+    let path = args.next()?.as_string()?.to_owned();
+    let hash = match args.next()? {
+        KdlValue::String(h) => Some(h.clone()),
+        KdlValue::Null => None,
+        _ => return None,
+    };
+    if args.next().is_some() {
+        return None;
+    }
+    let created = match node.get("created") {
+        None => false,
+        Some(v) => v.as_bool()?,
+    };
+    Some((path, LockedOutput { hash, created }))
+}
+
+/// The rest of an `output` line as [`Lock::render`] writes it
+/// (`"path" "hash"`, or `"path" #null`, then perhaps ` created=#true`).
+fn own_output(rest: &str) -> Option<(String, LockedOutput)> {
+    let (path, rest) = take_quoted(rest)?;
+    let rest = rest.strip_prefix(' ')?;
+    let (hash, rest) = match rest.strip_prefix("#null") {
+        Some(rest) => (None, rest),
+        None => {
+            let (h, rest) = take_quoted(rest)?;
+            (Some(h), rest)
+        }
+    };
+    let created = match rest {
+        "" => false,
+        " created=#true" => true,
+        _ => return None,
+    };
+    Some((path, LockedOutput { hash, created }))
+}
+
+/// The string literal at the start of `s` (as [`push_quoted`] writes it)
+/// and what follows it.
+fn take_quoted(s: &str) -> Option<(String, &str)> {
+    let body = s.strip_prefix('"')?;
+    let mut escaped = false;
+    for (i, c) in body.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => return Some((unquote(&s[..i + 2])?, &body[i + 1..])),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The value of a string literal written by [`push_quoted`]; `None` if it is
@@ -353,6 +471,11 @@ mod tests {
             before: format!("{n}b"),
             after: format!("{n}a"),
             outputs: Some(format!("{n}o")),
+            output_files: BTreeMap::from([
+                (format!("{n}/new.txt"), LockedOutput { hash: Some(format!("{n}h")), created: true }),
+                (format!("{n}/old.txt"), LockedOutput { hash: Some(format!("{n}k")), created: false }),
+                (format!("{n}/gone.txt"), LockedOutput { hash: None, created: false }),
+            ]),
             patch: format!("{n}p"),
             agent: "claude".into(),
             agent_version: Some("2.1.197 (Claude Code)".into()),
@@ -377,13 +500,20 @@ mod tests {
         let mut lock = Lock::default();
         lock.tasks.insert("a \"quoted\" \\ name\tx\u{1}".into(), entry(1));
         lock.tasks.insert("b".into(), LockEntry { agent_version: None, ..entry(2) });
-        lock.tasks.insert("c".into(), LockEntry { outputs: None, ..entry(3) });
+        lock.tasks.insert("c".into(), LockEntry { outputs: None, output_files: BTreeMap::new(), ..entry(3) });
+        // Paths that look like the rest of an `output` line.
+        let tricky = BTreeMap::from([
+            ("a\" created=#true".to_owned(), LockedOutput { hash: Some("h".into()), created: false }),
+            ("b \"x\" #null\\".to_owned(), LockedOutput { hash: None, created: false }),
+            ("c\n\u{1}d".to_owned(), LockedOutput { hash: Some("h \"q\"".into()), created: true }),
+        ]);
+        lock.tasks.insert("d".into(), LockEntry { output_files: tricky, ..entry(4) });
         let text = lock.render();
         assert_eq!(parse_own_format(&text), Some(lock.clone()));
         // The KDL path reads the same file the same way.
         let mut doc_only = Lock::default();
         let kdl = KdlDocument::parse_v2(&text).unwrap();
-        assert_eq!(kdl.nodes().len(), 4);
+        assert_eq!(kdl.nodes().len(), 5);
         doc_only.tasks = lock.tasks.clone();
         assert_eq!(Lock::parse(&text).unwrap(), doc_only);
         // A hand-edited file (other spacing) still parses, through KDL.
@@ -402,6 +532,55 @@ mod tests {
         // Written back unchanged: no `outputs` line is made up.
         assert_eq!(Lock::parse(&lock.render()).unwrap(), lock);
         assert!(!lock.render().contains("outputs"));
+    }
+
+    #[test]
+    fn outputs_are_written_one_a_line_sorted_after_their_hash() {
+        let mut lock = Lock::default();
+        lock.tasks.insert("t".into(), entry(1));
+        let text = lock.render();
+        let body = "    outputs \"1o\"\n    output \"1/gone.txt\" #null\n    output \"1/new.txt\" \"1h\" created=#true\n    output \"1/old.txt\" \"1k\"\n    patch \"1p\"\n";
+        assert!(text.contains(body), "{text}");
+        // Out of order (edited by hand): read through KDL, the same.
+        let swapped = text.replace("    output \"1/gone.txt\" #null\n", "").replace(
+            "    output \"1/old.txt\" \"1k\"\n",
+            "    output \"1/old.txt\" \"1k\"\n    output \"1/gone.txt\" #null\n",
+        );
+        assert_eq!(parse_own_format(&swapped), None);
+        assert_eq!(Lock::parse(&swapped).unwrap(), lock);
+    }
+
+    #[test]
+    fn a_line_without_output_nodes_reads_as_an_older_cassist_wrote_it() {
+        let mut lock = Lock::default();
+        lock.tasks.insert("t".into(), entry(1));
+        let text = lock.render();
+        let old: String = text.lines().filter(|l| !l.starts_with("    output ")).map(|l| format!("{l}\n")).collect();
+        let read = parse_own_format(&old).expect("the fast reader reads lines without output nodes");
+        assert_eq!(read.tasks["t"], LockEntry { output_files: BTreeMap::new(), ..entry(1) });
+        assert_eq!(Lock::parse(&old.replace("    ", "  ")).unwrap(), read);
+        assert_eq!(read.render(), old, "nothing is made up when it is written back");
+    }
+
+    #[test]
+    fn a_malformed_output_is_an_error() {
+        let text = |output: &str| {
+            format!(
+                "version 1\ntask \"t\" {{\n before \"b\"\n after \"a\"\n {output}\n patch \"p\"\n agent \"x\"\n}}\n"
+            )
+        };
+        for bad in [
+            "output \"x\"",
+            "output 1 \"h\"",
+            "output \"x\" 2",
+            "output \"x\" \"h\" created=1",
+            "output \"x\" \"h\" \"i\"",
+        ] {
+            let err = Lock::parse(&text(bad)).unwrap_err();
+            assert!(matches!(err, LockError::BadOutput { .. }), "{bad}: {err}");
+        }
+        let ok = Lock::parse(&text("output \"x\" #null created=#false")).unwrap();
+        assert_eq!(ok.tasks["t"].output_files["x"], LockedOutput { hash: None, created: false });
     }
 
     #[test]

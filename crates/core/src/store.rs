@@ -123,6 +123,13 @@ fn objects_of(e: &Entry) -> std::collections::HashSet<String> {
     e.changes.iter().flat_map(|c| [c.new.clone(), c.old.clone()]).flatten().chain(e.records.values().cloned()).collect()
 }
 
+/// Whether `s` can be a hash of the store (and so a file name in it): hex
+/// digits only, as an entry from elsewhere (the remote cache) may say
+/// anything.
+fn is_hash(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// Why an object of the store could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectError {
@@ -379,7 +386,33 @@ impl Store {
         let json = serde_json::to_vec(entry)?;
         self.unmark_fetched(&entry.before);
         let path = self.entry_path(&entry.before);
-        if flush { write_atomic(&path, &json) } else { crate::fsx::write_cache(&path, &json) }
+        if flush { write_atomic(&path, &json) } else { crate::fsx::write_cache(&path, &json) }?;
+        if is_hash(&entry.after) && is_hash(&entry.before) {
+            // An index, rebuilt by any later write: failing to keep it
+            // costs a lookup, never an entry.
+            let _ = crate::fsx::write_cache(&self.after_path(&entry.after), entry.before.as_bytes());
+        }
+        Ok(())
+    }
+
+    /// The file of the after-state index: the input hash before the run
+    /// of the entry whose after-state is `after`.
+    fn after_path(&self, after: &str) -> PathBuf {
+        self.dir.join("after").join(after)
+    }
+
+    /// The entry whose run left its task's inputs hashed `after` (its
+    /// after-state), found through the index every write of an entry with
+    /// an after-state keeps: so a task a `run --locked` replayed (which
+    /// writes no lock line) is known to be up to date. `Ok(None)`: no
+    /// entry has it (the index may be stale: the entry is read and
+    /// checked); an error when the entry named is unreadable.
+    pub fn entry_by_after(&self, after: &str) -> Result<Option<Entry>, Unusable> {
+        let Ok(before) = std::fs::read_to_string(self.after_path(after)) else { return Ok(None) };
+        if !is_hash(&before) {
+            return Ok(None);
+        }
+        Ok(self.read_entry(&before)?.filter(|e| e.after == after))
     }
 
     /// The mark of an entry fetched from the remote cache (its signature
@@ -440,8 +473,8 @@ impl Store {
     }
 
     /// Every entry, newest first, with the bytes removing it alone would
-    /// free (its entry file and the objects no other entry names) and its
-    /// age.
+    /// free (its entry file, its line of the after-state index and the
+    /// objects no other entry names) and its age.
     pub fn list(&self) -> Vec<(Entry, u64, std::time::SystemTime)> {
         let mut read = Vec::new();
         let Ok(rd) = std::fs::read_dir(self.dir.join("entries")) else { return read };
@@ -461,6 +494,12 @@ impl Store {
         let mut out: Vec<_> = read
             .into_iter()
             .map(|(e, file, when)| {
+                // Its line of the after-state index goes with it.
+                let indexed = std::fs::read(self.after_path(&e.after))
+                    .ok()
+                    .filter(|b| is_hash(&e.after) && *b == e.before.as_bytes())
+                    .map_or(0, |b| b.len() as u64);
+                let file = file + indexed;
                 let own: u64 = objects_of(&e)
                     .iter()
                     .filter(|h| names.get(*h) == Some(&1))
@@ -505,6 +544,7 @@ impl Store {
                 removed += 1;
             }
         }
+        freed += self.gc_after_index();
         for entry in walkdir::WalkDir::new(self.dir.join("objects")).into_iter().flatten() {
             if !entry.file_type().is_file() {
                 continue;
@@ -521,6 +561,38 @@ impl Store {
             }
         }
         Ok((removed, freed))
+    }
+
+    /// Drops what the after-state index says of entries that are gone or
+    /// whose after-state moved since.
+    /// Returns the bytes freed.
+    fn gc_after_index(&self) -> u64 {
+        let mut freed = 0;
+        let Ok(rd) = std::fs::read_dir(self.dir.join("after")) else { return 0 };
+        for file in rd.flatten() {
+            let after = file.file_name().to_string_lossy().into_owned();
+            let live = std::fs::read_to_string(file.path())
+                .ok()
+                .and_then(|before| self.after_of(&before))
+                .is_some_and(|a| a == after);
+            if !live {
+                let bytes = file.metadata().map_or(0, |m| m.len());
+                if std::fs::remove_file(file.path()).is_ok() {
+                    freed += bytes;
+                }
+            }
+        }
+        freed
+    }
+
+    /// The after-state of the entry of `before`, reading nothing else of it.
+    fn after_of(&self, before: &str) -> Option<String> {
+        #[derive(serde::Deserialize)]
+        struct AfterOnly {
+            after: String,
+        }
+        let text = std::fs::read(self.entry_path(before)).ok()?;
+        serde_json::from_slice::<AfterOnly>(&text).ok().map(|e| e.after)
     }
 
     /// Removes the whole store.
@@ -816,6 +888,48 @@ mod tests {
         let b = file("b");
         let keep: std::collections::HashSet<String> = ["c".to_owned()].into();
         assert_eq!(store.gc(&keep, 0).unwrap(), (1, b + 3000), "b's object is its own now");
+    }
+
+    #[test]
+    fn an_entry_is_found_by_its_after_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        let h = store.put_object(b"x").unwrap();
+        let mut e = entry("b1", &h);
+        store.put_entry(&e).unwrap();
+        assert!(store.entry_by_after("").unwrap().is_none(), "no after-state, no index");
+        e.after = "a1".into();
+        store.amend_entry(&e).unwrap();
+        assert_eq!(store.entry_by_after("a1").unwrap().map(|e| e.before), Some("b1".to_owned()));
+        assert!(store.entry_by_after("a2").unwrap().is_none());
+        // Moved: the old after-state no longer names it.
+        e.after = "a2".into();
+        store.put_entry(&e).unwrap();
+        assert!(store.entry_by_after("a1").unwrap().is_none());
+        assert_eq!(store.entry_by_after("a2").unwrap().map(|e| e.before), Some("b1".to_owned()));
+        // A fetched entry is indexed too.
+        let mut f = entry("b2", &h);
+        f.after = "a3".into();
+        store.put_fetched_entry(&f, "k").unwrap();
+        assert_eq!(store.entry_by_after("a3").unwrap().map(|e| e.before), Some("b2".to_owned()));
+        // gc drops what names a removed or moved entry, and keeps the rest.
+        let keep: std::collections::HashSet<String> = ["b1".to_owned()].into();
+        store.gc(&keep, 0).unwrap();
+        let left: Vec<String> = std::fs::read_dir(store.dir().join("after"))
+            .unwrap()
+            .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, ["a2"]);
+        // An after-state that is no hash (an entry from elsewhere) names
+        // no file.
+        let mut g = entry("b3", &h);
+        g.after = "../../escape".into();
+        store.put_entry(&g).unwrap();
+        assert!(!dir.path().join(".cassist/escape").exists() && !store.dir().join("escape").exists());
+        assert!(store.entry_by_after("../../escape").unwrap().is_none());
+        // An unreadable entry is said, not taken for none.
+        std::fs::write(store.entry_path("b1"), b"{ garbage").unwrap();
+        assert!(store.entry_by_after("a2").is_err());
     }
 
     #[test]

@@ -466,6 +466,9 @@ impl Schedule<'_> {
             self.needs_agent.push((t.task.name.clone(), why.clone()));
         }
         let output = match r.end.state() {
+            // In the after-state of an entry the lock does not name (a
+            // `run --locked` replayed it): that entry's patch.
+            TaskState::UpToDate if t.cached.basis == Basis::StoreAfter => t.cached.patch.clone(),
             TaskState::UpToDate => self.lock.tasks.get(&t.task.name).map(|e| e.patch.clone()),
             // A replayed task's entry (the agent's prompts, transcripts,
             // cost) and lock line stand as recorded, and its after-state
@@ -586,9 +589,21 @@ fn up_to_date(
 ) -> TaskEnd {
     let mut r = t.end();
     r.report.state = TaskState::UpToDate;
-    if let Some(l) = lock.tasks.get(&t.task.name) {
-        r.report.agent = l.agent.clone();
-        if let Some(entry) = shown.get(&l.before).cloned().or_else(|| runner.plan.store.get_summary(&l.before)) {
+    // Outputs the user changed since the run: said, and left as they are.
+    if !t.cached.outputs_edited.is_empty() {
+        r.report.reason = Some(t.cached.outputs_edited.join("; "));
+    }
+    // The entry whose after-state it is: the lock line's, or one the lock
+    // does not name (a `run --locked` replayed it).
+    let recorded = lock.tasks.get(&t.task.name).map(|l| (l.agent.clone(), l.before.clone()));
+    let recorded = match (&t.cached.entry, recorded) {
+        (Some(e), Some((agent, before))) if *e != before => Some((agent, e.clone())),
+        (Some(e), None) => Some((t.agent.clone(), e.clone())),
+        (_, recorded) => recorded,
+    };
+    if let Some((agent, before)) = recorded {
+        r.report.agent = agent;
+        if let Some(entry) = shown.get(&before).cloned().or_else(|| runner.plan.store.get_summary(&before)) {
             r.report.summary = entry.summary.clone();
             r.report.changed_files = entry.changes.iter().map(|c| c.path.clone()).collect();
             // The stored transcript, for `--output-logs`-style inspection.

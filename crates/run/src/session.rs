@@ -85,11 +85,20 @@ impl Session {
     /// for the tasks to run when `lookups` (not with `--no-cache`), and
     /// takes the entries of what passes.
     pub fn open(cwd: &Path, options: &LoadOptions, team: OpenTeamCache<'_>, lookups: bool) -> Result<Session, Error> {
-        let loaded = cassist_core::plan::load(cwd, options).map_err(Error::Invalid)?;
+        let mut loaded = cassist_core::plan::load(cwd, options).map_err(Error::Invalid)?;
         let root = loaded.project.root.clone();
-        let lock =
-            ProjectLock::acquire(&root, || errln!("waiting for another cassist run on this project to finish..."))
-                .map_err(|source| Error::Lock { state: fsx::state_dir(&root), source })?;
+        let mut waited = false;
+        let lock = ProjectLock::acquire(&root, || {
+            waited = true;
+            errln!("waiting for another cassist run on this project to finish...")
+        })
+        .map_err(|source| Error::Lock { state: fsx::state_dir(&root), source })?;
+        if waited {
+            // The other run changed the tree meanwhile: what was read of
+            // its files (their sizes and times, which the file-hash cache
+            // trusts) is read again.
+            loaded = cassist_core::plan::load(cwd, options).map_err(Error::Invalid)?;
+        }
         // A run killed while this one waited for the lock may have left an
         // integration unfinished.
         recover(&root, true);
@@ -375,9 +384,12 @@ fn update_after_states(
 ) -> Vec<(String, String)> {
     let mut changed = Vec::new();
     for (planned, r) in selected.iter().zip(reports) {
+        // A task whose outputs the user edited keeps its record: what it
+        // wrote, not the user's edit.
         if !r.state().is_success()
             || !lock.tasks.contains_key(&planned.task.name)
             || hashed_at_end.contains(&planned.task.name)
+            || !planned.cached.outputs_edited.is_empty()
         {
             continue;
         }
@@ -486,7 +498,9 @@ pub fn plan(cwd: &Path, opts: &LoadOptions, loaded: Loaded, team: Option<&dyn Te
                 // Its inputs; and, when they are the lock's after-state
                 // (outputs edited, the store's entry gone), the entry the
                 // lock names.
-                let line = plan.lock.tasks.get(&t.task.name).filter(|l| l.after == t.hash);
+                let line = plan.lock.tasks.get(&t.task.name).filter(|l| {
+                    l.after == t.hash || t.cached.basis == cassist_core::plan::state::Basis::OutputsChanged
+                });
                 std::iter::once(t.hash.clone()).chain(line.map(|l| l.before.clone())).map(|h| (t.task.name.clone(), h))
             })
             .filter(|(_, h)| asked.insert(h.clone()))

@@ -57,6 +57,7 @@ fn line(task: &str) -> LockLine {
         before: format!("{task}-before"),
         after: format!("{task}-after"),
         outputs: None,
+        output_files: Default::default(),
         patch: "p".into(),
         agent: "demo".into(),
         agent_version: None,

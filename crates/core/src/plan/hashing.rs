@@ -77,8 +77,11 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
     // hash).
     let mut overlay = state::Overlay::default();
     let mut output_index = state::OutputIndex::load(&project.root);
+    // The paths they write, with the place in run order of the first task
+    // whose replay writes each.
+    let mut replayed_paths: HashMap<String, usize> = HashMap::new();
     let mut warnings = warnings;
-    for (task, (ctx, refs)) in tasks.into_iter().zip(files) {
+    for (at, (task, (ctx, refs))) in tasks.into_iter().zip(files).enumerate() {
         let mut t = planned_task(task, &ctx, &refs, agent_override.as_deref(), model_override.as_deref(), config);
         let root = &project.root;
         let mut hash_file = |path: &str| cache.hash_path(root, path);
@@ -101,9 +104,10 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
             (instr, context, reference)
         };
         hashing.fill_key(config, &mut t, &instructions, context, reference, &outputs);
-        let (st, cached) = state::state_of(&lock, &store, &mut output_index, &t.task.name, &t.hash, &mut |paths| {
-            state::outputs_now(&project.root, &mut cache, paths, &overlay)
-        });
+        let mut view = state::View::new(&project.root, &mut cache, &overlay).after_replays(&replayed_paths, at);
+        let (st, cached) = state::state_of(&lock, &store, &mut output_index, &t, &mut view);
+        // What a predicted replay does to the tree, as it will merge it.
+        let merged = view.take_merged();
         (t.state, t.cached) = (st, cached);
         if !overlay.is_empty() {
             t.cached.predicted = true;
@@ -114,10 +118,13 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
         if let Some(why) = &t.cached.unusable {
             warnings.push(unusable_warning(&t.task.name, why));
         }
-        if t.state == State::Replay
-            && let Some(entry) = t.cached.entry.as_deref().and_then(|k| store.read_entry(k).ok().flatten())
-        {
-            overlay.lay(&t.task.name, &entry, &store);
+        if t.state == State::Replay {
+            for (path, m) in &merged {
+                if *m != crate::merge::Merged::Keep {
+                    replayed_paths.entry(path.clone()).or_insert(at);
+                }
+            }
+            overlay.lay_merged(&t.task.name, merged);
         }
         let output = match (&t.cached.patch, t.state) {
             (Some(patch), State::UpToDate | State::Replay) => patch.clone(),
@@ -146,6 +153,7 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
         file_cache: std::sync::Mutex::new(cache),
         output_index: std::sync::Mutex::new(output_index),
         remote_entries: Default::default(),
+        replayed_paths,
     })
 }
 
@@ -248,9 +256,10 @@ impl Plan {
         let root = &self.project.root;
         let Ok(mut cache) = self.file_cache.lock() else { return Err(HashError::CacheUnusable) };
         let mut index = self.output_index.lock().unwrap_or_else(|e| e.into_inner());
-        let (st, cached) = state::state_of(&self.lock, &self.store, &mut index, &t.task.name, &t.hash, &mut |paths| {
-            state::outputs_now(root, &mut cache, paths, &state::Overlay::default())
-        });
+        let overlay = state::Overlay::default();
+        let at = self.tasks.iter().position(|p| p.task.name == t.task.name).unwrap_or(self.tasks.len());
+        let mut view = state::View::new(root, &mut cache, &overlay).after_replays(&self.replayed_paths, at);
+        let (st, cached) = state::state_of(&self.lock, &self.store, &mut index, t, &mut view);
         (t.state, t.cached) = (st, cached);
         t.cached.remote = self.from_remote(t);
         Ok(())

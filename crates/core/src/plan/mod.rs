@@ -152,6 +152,12 @@ pub struct Plan {
     /// `replay (remote)`, and `--locked` replays it as it would a locked
     /// one (a trusted key signed it).
     pub remote_entries: std::collections::HashSet<String>,
+    /// The paths the replays this plan predicts write, each with the place
+    /// in run order of the first task whose replay writes it: when a run
+    /// hashes a task again, an output of it that such an earlier replay
+    /// wrote is cassist's doing, not the user's edit (see
+    /// [`state::state_of`]).
+    pub replayed_paths: HashMap<String, usize>,
 }
 
 impl Plan {
@@ -225,8 +231,8 @@ impl Plan {
 
     /// The outputs of the change a lock line records, in the project as it
     /// is now: each path with its content hash (`None`: absent), through
-    /// the file-hash cache. `None` when the store no longer says which
-    /// files they are.
+    /// the file-hash cache. `None` when neither the line nor the store says
+    /// which files they are.
     pub fn outputs_now(&self, line: &crate::lock::LockEntry) -> Option<crate::store::Outputs> {
         self.outputs_through(line, &state::Overlay::default())
     }
@@ -241,7 +247,13 @@ impl Plan {
         // The file cache first, then the index, as `rehash` takes them.
         let mut cache = self.file_cache.lock().unwrap_or_else(|e| e.into_inner());
         let mut index = self.output_index.lock().unwrap_or_else(|e| e.into_inner());
-        let paths = index.paths(&self.store, &line.before, &line.patch)?;
+        let listed: Vec<String>;
+        let paths = if line.output_files.is_empty() {
+            index.paths(&self.store, &line.before, &line.patch)?
+        } else {
+            listed = line.output_files.keys().cloned().collect();
+            &listed
+        };
         Some(state::outputs_now(&self.project.root, &mut cache, paths, overlay))
     }
 }

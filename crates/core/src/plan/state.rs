@@ -1,28 +1,49 @@
 //! A task's state against `cassist.lock` and the store, the
 //! outputs part of its after-state, and the replays a plan predicts.
 //!
-//! - `up-to-date`: the inputs equal the lock's `after` and the task's
-//!   outputs (the paths its patch wrote or deleted) still hash to the
-//!   lock's `outputs` (a line without `outputs` is checked on inputs only).
-//! - `replay`: the inputs equal the lock's `after` but an output was
-//!   deleted or edited; or the inputs equal the lock's `before`; or the
-//!   store holds an entry for the current inputs (a run killed before its
-//!   lock line was written, a lost line, inputs seen before). The entry
-//!   must be usable: every object its change writes there and whole.
+//! The task's inputs are "as recorded" when they equal the lock's `after`,
+//! or when they do once each input file that is one of the task's outputs
+//! is taken as the run left it (a task that reads what it writes: the
+//! user's edit of that output changes its inputs, not what it was asked).
+//!
+//! - `up-to-date`: the inputs are as recorded and the outputs (the paths
+//!   its change wrote or deleted) hold what the run left; or the user
+//!   edited or deleted some of them (a note says which: "output edited:
+//!   out.txt"), which cassist never rewrites.
+//! - `replay`: the inputs are as recorded and an output the task created
+//!   is missing, or every output is back as it was before the run; or the
+//!   inputs equal the lock's `before`; or the store holds an entry for the
+//!   current inputs (a run killed before its lock line was written, a lost
+//!   line, inputs seen before). The entry must be usable (every object its
+//!   change writes there and whole) and its change must apply to the tree
+//!   as it is, merged three-way as a replay writes it: else the task is
+//!   `run` ("replay would conflict: PATH"), rather than a replay that fails
+//!   on every run.
 //! - `run`: anything else, an unusable entry included (with a warning).
 //!
-//! Planning in run order, a task predicted `replay` lays its change over an
-//! [`Overlay`] of the tree; later tasks' inputs and outputs are hashed
-//! through it, as `run` sees them once the replay is done.
+//! Which outputs a run left, with their content and whether the task
+//! created them, is in its lock line (an older cassist's line has only
+//! their hash: the store says which they are). A task replayed by
+//! `run --locked`, which writes no lock line, is found by its after-state
+//! in the store ([`Store::entry_by_after`]).
+//!
+//! Planning in run order, a task predicted `replay` lays its change (as
+//! merged into the tree) over an [`Overlay`]; later tasks' inputs and
+//! outputs are hashed through it, as `run` sees them once the replay is
+//! done.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
-use super::State;
 use super::context::ResolvedFile;
 use super::filehash::FileHashCache;
 use super::hash::{Input, hash_bytes, hash_json};
-use crate::lock::Lock;
+use super::{PlannedTask, State};
+use crate::changes::ChangeKind;
+use crate::lock::{Lock, LockEntry, LockedOutput};
+use crate::merge::{Merged, Version};
 use crate::paths::{Stamp, build_glob, is_literal, is_reserved, normalize};
 use crate::store::{Entry, Outputs, Store};
 
@@ -36,25 +57,31 @@ pub enum Basis {
     /// Nothing recorded matches: the agent is needed.
     #[default]
     Nothing,
-    /// The inputs equal the lock's after-state and the outputs are as the
-    /// run left them (or the line has no outputs to check, or the store no
-    /// record of which they are).
+    /// The inputs are as the lock's after-state records them and the
+    /// outputs are as the run left them, or edited by the user (or the
+    /// line has no outputs to check, or the store no record of which they
+    /// are).
     After,
-    /// The inputs equal the lock's after-state but an output was deleted or
-    /// edited: the change is written again.
+    /// The inputs are as the lock's after-state records them, but an
+    /// output the task created is missing, or every output is back as it
+    /// was before the run: the change is written again.
     OutputsChanged,
     /// The inputs equal the lock's before-state.
     Before,
     /// The store holds an entry for the current inputs that the lock does
     /// not name.
     StoreEntry,
+    /// The inputs are the after-state of a store entry the lock does not
+    /// name (a replay by `run --locked`, which writes no lock line).
+    StoreAfter,
 }
 
 /// What the lock and the store say of a task, beside its [`State`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Cached {
     pub basis: Basis,
-    /// State `replay`: the input hash naming the store entry to replay.
+    /// State `replay`: the input hash naming the store entry to replay
+    /// ([`Basis::StoreAfter`]: the entry whose after-state the task is in).
     pub entry: Option<String>,
     /// The recorded patch, handed to dependents (`up-to-date`, `replay`).
     pub patch: Option<String>,
@@ -64,6 +91,13 @@ pub struct Cached {
     /// [`Basis::OutputsChanged`]: which, in words ("output out/x.txt
     /// deleted").
     pub outputs_changed: Vec<String>,
+    /// State `up-to-date`: the outputs the user edited or deleted since
+    /// the run, in words ("output edited: out.txt"); they are left as
+    /// they are.
+    pub outputs_edited: Vec<String>,
+    /// State `run` instead of `replay`: the first path where the stored
+    /// change does not merge into the tree as it is.
+    pub conflict: Option<String>,
     /// The tasks before it whose predicted replays change its inputs.
     pub after_replay_of: Vec<String>,
     /// Hashed through the changes of replays predicted before it (not the
@@ -80,96 +114,384 @@ pub fn outputs_hash(outputs: &Outputs) -> String {
     hash_json(outputs)
 }
 
-/// The state of a task whose input hash is `hash`, named `name`.
-/// `outputs_now` hashes the given paths as the tree is (or will be); which
-/// paths they are comes from `index`.
+/// The per-output record of a store entry's run: each output with its
+/// content hash as the run left it (the entry's `outputs`) and whether the
+/// change created it (added it, or renamed a file to it). Empty when the
+/// entry does not say what its outputs held (an older release's).
+pub fn output_records(e: &Entry) -> BTreeMap<String, LockedOutput> {
+    let Some(outputs) = &e.outputs else { return BTreeMap::new() };
+    let created: BTreeSet<&str> = e
+        .changes
+        .iter()
+        .filter(|c| matches!(c.kind, ChangeKind::Added | ChangeKind::Renamed { .. }))
+        .map(|c| c.path.as_str())
+        .collect();
+    outputs
+        .iter()
+        .map(|(path, hash)| {
+            (path.clone(), LockedOutput { hash: hash.clone(), created: created.contains(path.as_str()) })
+        })
+        .collect()
+}
+
+/// The state of task `t` (its input key and hash made). `view` is the
+/// tree as it is (or will be, once the replays predicted before `t` are
+/// done); which paths are the task's outputs comes from its lock line, or
+/// from `index`.
 pub fn state_of(
     lock: &Lock,
     store: &Store,
     index: &mut OutputIndex,
-    name: &str,
-    hash: &str,
-    outputs_now: &mut dyn FnMut(&[String]) -> Outputs,
+    t: &PlannedTask,
+    view: &mut View<'_>,
 ) -> (State, Cached) {
+    let (name, hash) = (t.task.name.as_str(), t.hash.as_str());
     let line = lock.tasks.get(name);
     let mut cached = Cached::default();
-    let replay = |cached: &mut Cached, key: &str, basis: Basis| -> bool {
+    let replay = |cached: &mut Cached, key: &str, basis: Basis| -> Option<Entry> {
         // An entry the lock records must hold the lock's patch.
         let locked_patch = line.filter(|l| l.before == key).map(|l| l.patch.as_str());
         match store.usable_entry_for(key, locked_patch) {
             Ok(Some(entry)) => {
-                *cached = Cached { basis, entry: Some(key.to_owned()), patch: Some(entry.patch), ..Cached::default() };
-                true
+                *cached = Cached {
+                    basis,
+                    entry: Some(key.to_owned()),
+                    patch: Some(entry.patch.clone()),
+                    ..Cached::default()
+                };
+                Some(entry)
             }
-            Ok(None) => false,
+            Ok(None) => None,
             Err(why) => {
                 cached.unusable = Some(why.to_string());
-                false
+                None
             }
         }
     };
-    if let Some(l) = line
-        && l.after == hash
-    {
-        let now = match &l.outputs {
-            // Which files they are is in the store only.
-            Some(recorded) => match index.paths(store, &l.before, &l.patch) {
-                Some(paths) => Some(outputs_now(paths)).filter(|now| outputs_hash(now) != *recorded),
-                // An entry that is there but cannot say which files they
-                // are (unreadable, or not the lock's patch): whether they
-                // are intact is unknown, so the task is never up-to-date.
-                None => match unreadable_entry(store, l) {
-                    Some(why) => {
-                        cached.unusable = Some(why);
-                        cached.basis = Basis::OutputsChanged;
-                        return (State::Run, cached);
-                    }
-                    None => None,
-                },
-            },
-            None => None,
-        };
-        let Some(now) = now else {
-            return (
-                State::UpToDate,
-                Cached { basis: Basis::After, patch: Some(l.patch.clone()), ..Cached::default() },
-            );
-        };
-        let recorded = store.read_entry(&l.before).ok().flatten().and_then(|e| e.outputs);
-        let changed = changed_outputs(recorded.as_ref(), &now);
-        if replay(&mut cached, &l.before, Basis::OutputsChanged) {
-            cached.outputs_changed = changed;
-            return (State::Replay, cached);
+    // A replay the tree takes as it is, else `run` naming the conflict.
+    let applies = |mut cached: Cached, entry: &Entry, view: &mut View<'_>| -> (State, Cached) {
+        match view.dry_run(store, entry) {
+            Ok(merged) => {
+                view.merged = merged;
+                (State::Replay, cached)
+            }
+            Err(path) => {
+                cached = Cached { basis: cached.basis, conflict: Some(path), ..Cached::default() };
+                (State::Run, cached)
+            }
         }
-        cached.basis = Basis::OutputsChanged;
-        cached.outputs_changed = changed;
+    };
+    // Inputs equal to `before` are the row below, even where taking the
+    // outputs as recorded would make them `after`.
+    if let Some(l) = line
+        && (l.after == hash || l.before != hash)
+    {
+        let recorded = Recorded::Line(l);
+        match recorded.outputs_if_inputs_same(t, store, index, view) {
+            Err(why) => cached.unusable = Some(why),
+            Ok(None) => {}
+            Ok(Some(Outcome::Kept(edited))) => {
+                let cached =
+                    Cached { basis: Basis::After, patch: Some(l.patch.clone()), outputs_edited: edited, ..cached };
+                return (State::UpToDate, cached);
+            }
+            Ok(Some(Outcome::Replay(changed))) => {
+                if let Some(entry) = replay(&mut cached, &l.before, Basis::OutputsChanged) {
+                    cached.outputs_changed = changed;
+                    return applies(cached, &entry, view);
+                }
+                cached.basis = Basis::OutputsChanged;
+                cached.outputs_changed = changed;
+            }
+        }
     }
     if let Some(l) = line
         && l.before == hash
         && l.after != hash
-        && replay(&mut cached, &l.before, Basis::Before)
+        && cached.basis != Basis::OutputsChanged
+        && let Some(entry) = replay(&mut cached, &l.before, Basis::Before)
     {
-        return (State::Replay, cached);
+        return applies(cached, &entry, view);
     }
-    if line.is_none_or(|l| l.before != hash) && replay(&mut cached, hash, Basis::StoreEntry) {
-        return (State::Replay, cached);
+    if line.is_none_or(|l| l.after != hash && l.before != hash)
+        && cached.basis == Basis::Nothing
+        && let Some(found) = by_after_state(store, index, t, view, &mut cached)
+    {
+        return match found {
+            (Outcome::Kept(edited), e) => {
+                let cached = Cached {
+                    basis: Basis::StoreAfter,
+                    entry: Some(e.before),
+                    patch: Some(e.patch),
+                    outputs_edited: edited,
+                    ..Cached::default()
+                };
+                (State::UpToDate, cached)
+            }
+            (Outcome::Replay(changed), e) => match replay(&mut cached, &e.before, Basis::OutputsChanged) {
+                Some(entry) => {
+                    cached.outputs_changed = changed;
+                    applies(cached, &entry, view)
+                }
+                None => (State::Run, cached),
+            },
+        };
+    }
+    if line.is_none_or(|l| l.before != hash)
+        && let Some(entry) = replay(&mut cached, hash, Basis::StoreEntry)
+    {
+        return applies(cached, &entry, view);
     }
     (State::Run, cached)
 }
 
-/// Why the store entry `line` names cannot be read for its outputs, when
-/// it is there: unreadable, or recording another patch than the lock.
-/// `None` when there is no entry (a fresh clone: the line is checked on
-/// its inputs).
-fn unreadable_entry(store: &Store, line: &crate::lock::LockEntry) -> Option<String> {
-    match store.read_entry(&line.before) {
-        Ok(None) => None,
-        Ok(Some(e)) if e.patch != line.patch => {
-            Some(crate::store::Unusable::NotLocked { locked: line.patch.clone() }.to_string())
+/// The store entry whose after-state `t`'s inputs are (the lock names
+/// none: a `run --locked` replayed it), with what its outputs say.
+fn by_after_state(
+    store: &Store,
+    index: &mut OutputIndex,
+    t: &PlannedTask,
+    view: &mut View<'_>,
+    cached: &mut Cached,
+) -> Option<(Outcome, Entry)> {
+    let e = match store.entry_by_after(&t.hash) {
+        Ok(Some(e)) if e.task == t.task.name => e,
+        Ok(_) => return None,
+        Err(why) => {
+            cached.unusable = Some(why.to_string());
+            return None;
         }
-        Ok(Some(_)) => None,
-        Err(why) => Some(why.to_string()),
+    };
+    let outcome = Recorded::Entry(&e).outputs_if_inputs_same(t, store, index, view).ok().flatten()?;
+    Some((outcome, e))
+}
+
+/// What a recorded run's outputs say, its inputs being as recorded.
+enum Outcome {
+    /// Up to date: the outputs are as the run left them, or edited or
+    /// deleted by the user (these, in words).
+    Kept(Vec<String>),
+    /// Written again: a created output is missing, or every output is back
+    /// at its base (why, in words).
+    Replay(Vec<String>),
+}
+
+/// A recorded run: a lock line, or a store entry the lock does not name.
+enum Recorded<'a> {
+    Line(&'a LockEntry),
+    Entry(&'a Entry),
+}
+
+impl Recorded<'_> {
+    fn before(&self) -> &str {
+        match self {
+            Recorded::Line(l) => &l.before,
+            Recorded::Entry(e) => &e.before,
+        }
     }
+
+    fn after(&self) -> &str {
+        match self {
+            Recorded::Line(l) => &l.after,
+            Recorded::Entry(e) => &e.after,
+        }
+    }
+
+    /// Each output with what the run left there and whether the task
+    /// created it; `Ok(None)` when nothing says (a line of an older
+    /// cassist whose entry is gone, or without outputs at all); an error
+    /// when the entry that would say is unreadable.
+    fn outputs(&self, store: &Store) -> Result<Option<Cow<'_, BTreeMap<String, LockedOutput>>>, String> {
+        let l = match self {
+            Recorded::Entry(e) => return Ok(Some(Cow::Owned(output_records(e)))),
+            Recorded::Line(l) if !l.output_files.is_empty() => return Ok(Some(Cow::Borrowed(&l.output_files))),
+            Recorded::Line(l) => l,
+        };
+        let Some(summary) = &l.outputs else { return Ok(None) };
+        match store.read_entry(&l.before) {
+            Err(why) => Err(why.to_string()),
+            Ok(Some(e)) if e.patch == l.patch && e.outputs.as_ref().is_some_and(|o| outputs_hash(o) == *summary) => {
+                Ok(Some(Cow::Owned(output_records(&e))))
+            }
+            Ok(_) => Ok(None),
+        }
+    }
+
+    /// When `t`'s inputs are as recorded, what its outputs say; `Ok(None)`
+    /// when they are not.
+    fn outputs_if_inputs_same(
+        &self,
+        t: &PlannedTask,
+        store: &Store,
+        index: &mut OutputIndex,
+        view: &mut View<'_>,
+    ) -> Result<Option<Outcome>, String> {
+        let after = self.after();
+        if after.is_empty() {
+            return Ok(None);
+        }
+        if t.hash == after {
+            // The usual case, quickly: outputs as recorded.
+            if let Recorded::Line(l) = self
+                && l.output_files.is_empty()
+            {
+                return self.older_line(l, store, index, view);
+            }
+        }
+        let Some(recorded) = self.outputs(store)? else {
+            return Ok((t.hash == after).then(|| Outcome::Kept(Vec::new())));
+        };
+        if t.hash != after && hash_with_outputs(t, &recorded).is_none_or(|h| h != after) {
+            return Ok(None);
+        }
+        let paths: Vec<String> = recorded.keys().cloned().collect();
+        let now = view.hashes(&paths);
+        Ok(Some(self.judge(store, &recorded, &now, view)))
+    }
+
+    /// [`Self::outputs_if_inputs_same`] for a lock line of an older
+    /// cassist (its outputs' hash only) whose inputs equal its `after`:
+    /// which files they are comes from the index, what they held from the
+    /// store entry, read only when they differ.
+    fn older_line(
+        &self,
+        l: &LockEntry,
+        store: &Store,
+        index: &mut OutputIndex,
+        view: &mut View<'_>,
+    ) -> Result<Option<Outcome>, String> {
+        let Some(summary) = &l.outputs else { return Ok(Some(Outcome::Kept(Vec::new()))) };
+        let Some(paths) = index.paths(store, &l.before, &l.patch).map(<[String]>::to_vec) else {
+            // No entry says which files they are: checked on inputs only;
+            // an entry there but unreadable cannot say either.
+            return match store.read_entry(&l.before) {
+                Err(why) => Err(why.to_string()),
+                Ok(_) => Ok(Some(Outcome::Kept(Vec::new()))),
+            };
+        };
+        let now = view.hashes(&paths);
+        if outputs_hash(&now) == *summary {
+            return Ok(Some(Outcome::Kept(Vec::new())));
+        }
+        match self.outputs(store)? {
+            Some(recorded) => Ok(Some(self.judge(store, &recorded, &now, view))),
+            // Changed, but not known how: left as they are.
+            None => Ok(Some(Outcome::Kept(vec!["outputs changed since the recorded run".to_owned()]))),
+        }
+    }
+
+    /// What the outputs `now` say against what the run left (`recorded`):
+    /// a created output missing, an output an earlier task's replay
+    /// rewrites, or every output back at its base (as the store entry has
+    /// it), is a replay; an output edited or deleted is the user's, kept.
+    fn judge(
+        &self,
+        store: &Store,
+        recorded: &BTreeMap<String, LockedOutput>,
+        now: &Outputs,
+        view: &View<'_>,
+    ) -> Outcome {
+        let mut missing = Vec::new();
+        let mut edited = Vec::new();
+        for (path, o) in recorded {
+            let here = now.get(path).cloned().flatten();
+            if here == o.hash {
+                continue;
+            }
+            match (&here, o.created) {
+                _ if view.replayed_before(path) => {
+                    missing.push(format!("output {path} changed by the replay of an earlier task"))
+                }
+                (None, true) => missing.push(format!("output {path} deleted (the task created it)")),
+                (None, false) => edited.push(format!("output deleted: {path}")),
+                (Some(_), _) => edited.push(format!("output edited: {path}")),
+            }
+        }
+        if !missing.is_empty() {
+            return Outcome::Replay(missing);
+        }
+        if edited.is_empty() {
+            return Outcome::Kept(edited);
+        }
+        // Every output back at what the run started from: undone, as by
+        // `git checkout`.
+        let bases = store.read_entry(self.before()).ok().flatten().map(|e| bases(&e));
+        let undone = bases.is_some_and(|bases| {
+            recorded.keys().all(|p| match bases.get(p) {
+                Some(Some(base)) => now.get(p).cloned().flatten() == *base,
+                _ => false,
+            })
+        });
+        if undone {
+            return Outcome::Replay(vec!["every output is back as it was before the run".to_owned()]);
+        }
+        Outcome::Kept(edited)
+    }
+}
+
+/// Each path a recorded change touches, with its content hash before the
+/// change (`Some(None)`: absent; `None`: not known, the content was not
+/// kept).
+fn bases(e: &Entry) -> BTreeMap<String, Option<Option<String>>> {
+    let mut out = BTreeMap::new();
+    for c in &e.changes {
+        let base = match &c.kind {
+            ChangeKind::Added | ChangeKind::Renamed { .. } => Some(None),
+            ChangeKind::Modified | ChangeKind::Deleted => c.old.clone().map(Some),
+        };
+        out.insert(c.path.clone(), base);
+        if let ChangeKind::Renamed { from } = &c.kind {
+            out.insert(from.clone(), c.old.clone().map(Some));
+        }
+    }
+    out
+}
+
+/// The input hash of `t` with each of its input files that is one of its
+/// outputs taken as the run left it (`recorded`): a file the user edited
+/// gets its recorded hash back, one deleted comes back where its task's
+/// patterns take it in, one the task deleted goes. `None` when no input
+/// is an output.
+fn hash_with_outputs(t: &PlannedTask, recorded: &BTreeMap<String, LockedOutput>) -> Option<String> {
+    const KINDS: [(&str, u8); 3] = [("instructions", 1), ("context", 2), ("reference", 3)];
+    let rank = |kind: &str| match kind {
+        "instructions" => 1,
+        "context" => 2,
+        "reference" => 3,
+        "dependency" => 4,
+        _ => 0,
+    };
+    let mut key = t.key.clone();
+    let mut changed = false;
+    let matchers = [None, Some(Matcher::new(&t.key.spec.context)), Some(Matcher::new(&t.key.spec.reference))];
+    for (path, o) in recorded {
+        for ((kind, r), matcher) in KINDS.iter().zip(&matchers) {
+            let at = key.inputs.iter().position(|i| i.kind == *kind && i.name == *path);
+            match (at, &o.hash) {
+                (Some(i), Some(h)) if key.inputs[i].hash != *h => {
+                    key.inputs[i].hash = h.clone();
+                    changed = true;
+                }
+                (Some(i), None) => {
+                    key.inputs.remove(i);
+                    changed = true;
+                }
+                // Instruction files are found by name, not by the task's
+                // patterns: one deleted is not known to be one.
+                (None, Some(h)) if matcher.as_ref().is_some_and(|m| m.matches(path)) => {
+                    let i = key
+                        .inputs
+                        .iter()
+                        .position(|i| rank(i.kind) > *r || (rank(i.kind) == *r && i.name > *path))
+                        .unwrap_or(key.inputs.len());
+                    key.inputs.insert(i, Input { kind, name: path.clone(), hash: h.clone() });
+                    changed = true;
+                }
+                _ => {}
+            }
+        }
+    }
+    changed.then(|| key.hash())
 }
 
 /// The paths each recorded patch wrote or deleted, by patch hash, kept in
@@ -229,24 +551,6 @@ impl OutputIndex {
     }
 }
 
-/// The outputs that differ from what the run left, in words.
-fn changed_outputs(recorded: Option<&Outputs>, now: &Outputs) -> Vec<String> {
-    let Some(recorded) = recorded else { return vec!["its outputs changed".to_owned()] };
-    let mut out: Vec<String> = now
-        .iter()
-        .filter(|(path, hash)| recorded.get(*path) != Some(hash))
-        .map(|(path, hash)| match (recorded.get(path).cloned().flatten(), hash) {
-            (Some(_), None) => format!("output {path} deleted"),
-            (None, Some(_)) => format!("output {path} added again (the run left it deleted)"),
-            _ => format!("output {path} changed"),
-        })
-        .collect();
-    if out.is_empty() {
-        out.push("its outputs changed".to_owned());
-    }
-    out
-}
-
 /// Each of `paths` (relative) with its content hash in the tree at `root`
 /// seen through `overlay`: a file's through the file-hash cache, a
 /// symlink's over its target as written (as the store holds it), `None`
@@ -290,6 +594,136 @@ pub fn outputs_now(root: &Path, cache: &mut FileHashCache, paths: &[String], ove
     out
 }
 
+/// The tree as a plan sees it: the project at `root` with the replays
+/// predicted so far laid over it (`overlay`), files hashed through the
+/// file-hash cache.
+pub struct View<'a> {
+    root: &'a Path,
+    cache: &'a mut FileHashCache,
+    overlay: &'a Overlay,
+    /// What the last replay [`state_of`] predicted does to the tree, path
+    /// by path (see [`View::dry_run`]).
+    merged: Vec<(String, Merged)>,
+    /// The paths the replays the plan predicted write, each with the place
+    /// in run order of the first task whose replay does, and the place of
+    /// the task looked at: an output that differs from what its run left
+    /// because an earlier task's replay wrote it is no edit of the user's.
+    replayed: Option<(&'a HashMap<String, usize>, usize)>,
+}
+
+impl<'a> View<'a> {
+    pub fn new(root: &'a Path, cache: &'a mut FileHashCache, overlay: &'a Overlay) -> View<'a> {
+        View { root, cache, overlay, merged: Vec::new(), replayed: None }
+    }
+
+    /// The view for the task at place `at` in run order, knowing which
+    /// paths the replays predicted before it write (`replayed`, see
+    /// [`crate::plan::Plan::replayed_paths`]).
+    pub fn after_replays(mut self, replayed: &'a HashMap<String, usize>, at: usize) -> View<'a> {
+        self.replayed = Some((replayed, at));
+        self
+    }
+
+    /// Whether the replay of a task before this one writes `path`.
+    fn replayed_before(&self, path: &str) -> bool {
+        self.replayed.is_some_and(|(paths, at)| paths.get(path).is_some_and(|&by| by < at))
+    }
+
+    /// What the replay [`state_of`] last predicted on this view does to
+    /// the tree (to lay over it: [`Overlay::lay_merged`]).
+    pub fn take_merged(&mut self) -> Vec<(String, Merged)> {
+        std::mem::take(&mut self.merged)
+    }
+
+    /// Each of `paths` with its content hash (see [`outputs_now`]).
+    pub fn hashes(&mut self, paths: &[String]) -> Outputs {
+        outputs_now(self.root, self.cache, paths, self.overlay)
+    }
+
+    /// The content and mode at `path` (`None`: absent); an error for what
+    /// no change can be merged into (a folder, a fifo) or what cannot be
+    /// read.
+    fn read(&self, store: &Store, path: &str) -> Result<Option<Side<'_>>, ()> {
+        use std::os::unix::fs::MetadataExt;
+        if let Some(laid) = self.overlay.files.get(path) {
+            let Some(hash) = &laid.hash else { return Ok(None) };
+            return match &laid.bytes {
+                Some(bytes) => Ok(Some((Cow::Borrowed(&bytes[..]), laid.mode))),
+                None => store.get_object(hash).map(|b| Some((Cow::Owned(b), laid.mode))).map_err(|_| ()),
+            };
+        }
+        let full = self.root.join(path);
+        let meta = match std::fs::symlink_metadata(&full) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(_) => return Err(()),
+            Ok(m) => m,
+        };
+        let bytes = if meta.file_type().is_symlink() {
+            std::fs::read_link(&full).map(|t| t.into_os_string().into_encoded_bytes()).map_err(|_| ())?
+        } else if meta.is_file() {
+            std::fs::read(&full).map_err(|_| ())?
+        } else {
+            return Err(());
+        };
+        Ok(Some((Cow::Owned(bytes), meta.mode())))
+    }
+
+    /// What writing `entry`'s change into this tree would do, path by
+    /// path, by the three-way rule every write of the tree follows (base:
+    /// the content the change started from, ours: the tree, theirs: the
+    /// change's result); `Err(path)`: the first path that would conflict,
+    /// where the change would not apply.
+    pub fn dry_run(&self, store: &Store, entry: &Entry) -> Result<Vec<(String, Merged)>, String> {
+        let object = |hash: &Option<String>| -> Option<Vec<u8>> { store.get_object(hash.as_deref()?).ok() };
+        let mut out = Vec::new();
+        for c in &entry.changes {
+            let base_mode = c.old_mode.unwrap_or(c.mode);
+            let new = match &c.new {
+                Some(_) => Some(object(&c.new).ok_or_else(|| c.path.clone())?),
+                None => None,
+            };
+            // The content a modified, deleted or renamed file started
+            // from, when it was kept (else the merge never guesses).
+            let old = || match object(&c.old) {
+                Some(b) => Base::Known(Some(b)),
+                None => Base::Unknown,
+            };
+            let mut sides = Vec::new();
+            match &c.kind {
+                ChangeKind::Added => sides.push((c.path.as_str(), Base::Known(None), new)),
+                ChangeKind::Renamed { from } => {
+                    sides.push((from.as_str(), old(), None));
+                    sides.push((c.path.as_str(), Base::Known(None), new));
+                }
+                ChangeKind::Modified | ChangeKind::Deleted => sides.push((c.path.as_str(), old(), new)),
+            }
+            for (path, base, theirs) in sides {
+                let ours = self.read(store, path).map_err(|()| path.to_owned())?;
+                let ours = ours.as_ref().map(|(b, m)| Version::new(b, *m));
+                let theirs = theirs.as_deref().map(|b| Version::new(b, c.mode));
+                let merged = match &base {
+                    Base::Known(base) => {
+                        crate::merge::merge(base.as_deref().map(|b| Version::new(b, base_mode)), ours, theirs)
+                    }
+                    Base::Unknown => crate::merge::merge_unknown_base(ours, theirs),
+                };
+                out.push((path.to_owned(), merged.map_err(|_| path.to_owned())?));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What a path held before a recorded change: its content (`None`:
+/// absent), or not known (not kept, or gone from the store).
+enum Base {
+    Known(Option<Vec<u8>>),
+    Unknown,
+}
+
+/// Content and mode of a path as a view has it.
+type Side<'a> = (Cow<'a, [u8]>, u32);
+
 /// The outputs a change leaves right after it is written: each path with
 /// its new content (as the store names it), `None` for a deletion (a
 /// rename's source too).
@@ -308,13 +742,18 @@ pub fn outputs_of(changes: &[crate::store::StoredChange]) -> Outputs {
 
 /// A path a predicted replay writes (`hash`: its new content, `None`: it
 /// deletes it).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct Laid {
     hash: Option<String>,
     /// For a symlink: its target as written.
     link: Option<String>,
     /// The task whose replay writes it.
     by: String,
+    /// Its mode (file type and permissions; 0 for a deletion).
+    mode: u32,
+    /// Its content, when it is no object of the store (a change merged
+    /// with the tree's).
+    bytes: Option<Arc<[u8]>>,
 }
 
 /// The tree as the replays predicted so far will leave it: the paths they
@@ -332,7 +771,7 @@ impl Overlay {
     /// Lays the change of `entry` (replayed by task `by`) over the tree.
     pub fn lay(&mut self, by: &str, entry: &Entry, store: &Store) {
         for path in entry.output_paths() {
-            self.files.insert(path, Laid { hash: None, link: None, by: by.to_owned() });
+            self.files.insert(path, Laid { hash: None, link: None, by: by.to_owned(), mode: 0, bytes: None });
         }
         for c in &entry.changes {
             let symlink = c.mode & crate::changes::S_IFMT == crate::changes::S_IFLNK;
@@ -340,7 +779,26 @@ impl Overlay {
                 Some(h) if symlink => store.get_object(h).ok().map(|b| String::from_utf8_lossy(&b).into_owned()),
                 _ => None,
             };
-            self.files.insert(c.path.clone(), Laid { hash: c.new.clone(), link, by: by.to_owned() });
+            let mode = if c.new.is_some() { c.mode } else { 0 };
+            self.files.insert(c.path.clone(), Laid { hash: c.new.clone(), link, by: by.to_owned(), mode, bytes: None });
+        }
+    }
+
+    /// Lays what a replay by `by` does to the tree, as [`View::dry_run`]
+    /// merged it: the paths it writes or deletes (a path the tree already
+    /// holds as the change leaves it is not laid).
+    pub fn lay_merged(&mut self, by: &str, merged: Vec<(String, Merged)>) {
+        for (path, m) in merged {
+            match m {
+                Merged::Keep => {}
+                Merged::Delete => self.lay_content(by, &path, None),
+                Merged::Write { bytes, mode } => {
+                    self.lay_content(by, &path, Some((&bytes, mode)));
+                    if let Some(laid) = self.files.get_mut(&path) {
+                        laid.bytes = Some(Arc::from(bytes));
+                    }
+                }
+            }
         }
     }
 
@@ -348,13 +806,15 @@ impl Overlay {
     /// (and mode), or `None` for a deletion.
     pub fn lay_content(&mut self, by: &str, path: &str, new: Option<(&[u8], u32)>) {
         let laid = match new {
-            None => Laid { hash: None, link: None, by: by.to_owned() },
+            None => Laid { hash: None, link: None, by: by.to_owned(), mode: 0, bytes: None },
             Some((bytes, mode)) => {
                 let symlink = mode & crate::changes::S_IFMT == crate::changes::S_IFLNK;
                 Laid {
                     hash: Some(hash_bytes(bytes)),
                     link: symlink.then(|| String::from_utf8_lossy(bytes).into_owned()),
                     by: by.to_owned(),
+                    mode,
+                    bytes: None,
                 }
             }
         };
@@ -523,6 +983,7 @@ mod tests {
             before: "b".into(),
             after: "a".into(),
             outputs: None,
+            output_files: Default::default(),
             patch: patch.into(),
             agent: "x".into(),
             agent_version: None,
@@ -538,6 +999,210 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "untouched");
     }
 
+    /// A project whose task `t` reads `*.txt` (so its own output
+    /// `out.txt` too) besides `src.txt`, planned with `out.txt` holding
+    /// `out` (`None`: absent).
+    fn planned(dir: &Path, out: Option<&str>) -> (crate::plan::Plan, PlannedTask) {
+        let write = |rel: &str, text: &str| {
+            std::fs::create_dir_all(dir.join(rel).parent().unwrap()).unwrap();
+            std::fs::write(dir.join(rel), text).unwrap();
+        };
+        write("cassist.kdl", "trust \"workspace-write\"\n");
+        write("tasks/t.kdl", "task \"t\" {\n    goal \"g\"\n    context {\n        file \"*.txt\"\n    }\n}\n");
+        if !dir.join("src.txt").exists() {
+            write("src.txt", "source\n");
+        }
+        match out {
+            Some(text) => write("out.txt", text),
+            None => {
+                let _ = std::fs::remove_file(dir.join("out.txt"));
+            }
+        }
+        let plan = crate::plan::load_and_plan(dir, &Default::default()).unwrap();
+        let t = plan.tasks[0].clone();
+        (plan, t)
+    }
+
+    /// The state of `t` against `lock` and the project's store, on the
+    /// tree as it is.
+    fn state(dir: &Path, lock: &Lock, t: &PlannedTask) -> (State, Cached) {
+        let store = Store::open(dir);
+        let mut cache = FileHashCache::load(&dir.join("no-cache"));
+        let overlay = Overlay::default();
+        let mut view = View::new(dir, &mut cache, &overlay);
+        state_of(lock, &store, &mut OutputIndex::load(dir), t, &mut view)
+    }
+
+    /// A store entry of task `t`: its run from `before` to `after` made
+    /// these changes (path, kind, old, new), their contents stored.
+    fn entry(
+        store: &Store,
+        before: &str,
+        after: &str,
+        changes: &[(&str, ChangeKind, Option<&str>, Option<&str>)],
+    ) -> Entry {
+        let put = |text: Option<&str>| text.map(|t| store.put_object(t.as_bytes()).unwrap());
+        let changes: Vec<crate::store::StoredChange> = changes
+            .iter()
+            .map(|(path, kind, old, new)| crate::store::StoredChange {
+                path: (*path).to_owned(),
+                kind: kind.clone(),
+                old: put(*old),
+                new: put(*new),
+                mode: crate::changes::S_IFREG | 0o644,
+                old_mode: old.map(|_| crate::changes::S_IFREG | 0o644),
+            })
+            .collect();
+        let e = Entry {
+            format: crate::store::ENTRY_FORMAT,
+            task: "t".into(),
+            before: before.into(),
+            after: after.into(),
+            patch: crate::store::patch_hash(&changes),
+            outputs: Some(outputs_of(&changes)),
+            changes,
+            key: serde_json::json!({}),
+            after_key: None,
+            agent: "a".into(),
+            agent_version: None,
+            date: String::new(),
+            summary: None,
+            cost_usd: None,
+            duration_ms: 0,
+            attempts: 1,
+            records: Default::default(),
+            split: Vec::new(),
+        };
+        store.put_entry(&e).unwrap();
+        e
+    }
+
+    /// The lock of one line, `t`'s, made from its store entry.
+    fn lock_of(e: &Entry) -> Lock {
+        let line = LockEntry {
+            before: e.before.clone(),
+            after: e.after.clone(),
+            outputs: e.outputs.as_ref().map(outputs_hash),
+            output_files: output_records(e),
+            patch: e.patch.clone(),
+            agent: e.agent.clone(),
+            agent_version: None,
+            date: String::new(),
+        };
+        Lock { tasks: [("t".to_owned(), line)].into() }
+    }
+
+    #[test]
+    fn inputs_that_differ_only_in_the_tasks_own_outputs_are_as_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, landed) = planned(dir.path(), Some("landed\n"));
+        let recorded: BTreeMap<String, LockedOutput> =
+            [("out.txt".to_owned(), LockedOutput { hash: Some(hash_bytes(b"landed\n")), created: true })].into();
+        assert_eq!(hash_with_outputs(&landed, &recorded), None, "nothing to take back");
+        let (_, edited) = planned(dir.path(), Some("edited\n"));
+        assert_ne!(edited.hash, landed.hash);
+        assert_eq!(hash_with_outputs(&edited, &recorded).as_deref(), Some(landed.hash.as_str()));
+        // Deleted: it comes back where the task's pattern takes it in.
+        let (_, deleted) = planned(dir.path(), None);
+        assert_eq!(hash_with_outputs(&deleted, &recorded).as_deref(), Some(landed.hash.as_str()));
+        // One the task deleted goes.
+        let gone: BTreeMap<String, LockedOutput> = [("out.txt".to_owned(), LockedOutput::default())].into();
+        assert_eq!(hash_with_outputs(&edited, &gone).as_deref(), Some(deleted.hash.as_str()));
+        // Another input changed too: not as recorded.
+        std::fs::write(dir.path().join("src.txt"), "other source\n").unwrap();
+        let (_, moved) = planned(dir.path(), Some("edited\n"));
+        assert_ne!(hash_with_outputs(&moved, &recorded).as_deref(), Some(landed.hash.as_str()));
+    }
+
+    #[test]
+    fn a_user_edit_is_kept_a_missing_created_output_replayed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        let (_, before) = planned(dir.path(), None);
+        let (_, after) = planned(dir.path(), Some("new\n"));
+        let e = entry(&store, &before.hash, &after.hash, &[("out.txt", ChangeKind::Added, None, Some("new\n"))]);
+        let lock = lock_of(&e);
+        let (st, c) = state(dir.path(), &lock, &after);
+        assert_eq!((st, c.basis, c.outputs_edited.len()), (State::UpToDate, Basis::After, 0));
+
+        let (_, edited) = planned(dir.path(), Some("mine\n"));
+        let (st, c) = state(dir.path(), &lock, &edited);
+        assert_eq!((st, c.outputs_edited), (State::UpToDate, vec!["output edited: out.txt".to_owned()]));
+
+        let (_, deleted) = planned(dir.path(), None);
+        let (st, c) = state(dir.path(), &lock, &deleted);
+        assert_eq!((st, c.entry.as_deref()), (State::Replay, Some(before.hash.as_str())));
+        // Without the entry (a clone with no store): the agent runs.
+        store.remove_entry(&e.before).unwrap();
+        let (st, c) = state(dir.path(), &lock, &deleted);
+        assert_eq!((st, c.unusable), (State::Run, None));
+        // An entry that does not read: said, and the task runs.
+        std::fs::create_dir_all(store.entry_path("x").parent().unwrap()).unwrap();
+        std::fs::write(store.entry_path(&e.before), "{ garbage").unwrap();
+        let (st, c) = state(dir.path(), &lock, &deleted);
+        assert!(st == State::Run && c.unusable.is_some(), "{c:?}");
+    }
+
+    #[test]
+    fn a_changed_file_is_replayed_when_back_at_its_base_and_kept_when_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        // `t` changed `out.txt` (which it reads) from `a b c` to `a B c`.
+        let (_, before) = planned(dir.path(), Some("a\nb\nc\n"));
+        let (_, after) = planned(dir.path(), Some("a\nB\nc\n"));
+        let changes = [("out.txt", ChangeKind::Modified, Some("a\nb\nc\n"), Some("a\nB\nc\n"))];
+        let e = entry(&store, &before.hash, &after.hash, &changes);
+        let lock = lock_of(&e);
+        // Back at its base: the inputs are the before-state.
+        let (st, c) = state(dir.path(), &lock, &before);
+        assert_eq!((st, c.basis), (State::Replay, Basis::Before));
+        // Deleted by the user: kept.
+        let (_, deleted) = planned(dir.path(), None);
+        let (st, c) = state(dir.path(), &lock, &deleted);
+        assert_eq!((st, c.outputs_edited), (State::UpToDate, vec!["output deleted: out.txt".to_owned()]));
+        // Edited on another line: kept too.
+        let (_, edited) = planned(dir.path(), Some("a\nB\nc!\n"));
+        let (st, _) = state(dir.path(), &lock, &edited);
+        assert_eq!(st, State::UpToDate);
+    }
+
+    #[test]
+    fn a_replay_that_would_not_merge_is_run_and_one_that_merges_is_laid_merged() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        let (_, before) = planned(dir.path(), Some("x\n"));
+        // `t`'s stored run changed `notes.md` (no input of it) and lock
+        // names it with inputs equal to now: a replay, if it merges.
+        let changes = [("notes.md", ChangeKind::Modified, Some("a\nb\nc\nd\ne\n"), Some("a\nB\nc\nd\ne\n"))];
+        let e = entry(&store, &before.hash, "elsewhere", &changes);
+        let lock = lock_of(&e);
+        std::fs::write(dir.path().join("notes.md"), "a\nmine\nc\nd\ne\n").unwrap();
+        let (st, c) = state(dir.path(), &lock, &before);
+        assert_eq!((st, c.basis, c.conflict.as_deref()), (State::Run, Basis::Before, Some("notes.md")));
+        assert_eq!(c.entry, None);
+        // The user's edit on another line: merged.
+        std::fs::write(dir.path().join("notes.md"), "a\nb\nc\nd\nmine\n").unwrap();
+        let mut cache = FileHashCache::load(&dir.path().join("no-cache"));
+        let overlay = Overlay::default();
+        let mut view = View::new(dir.path(), &mut cache, &overlay);
+        let (st, _) = state_of(&lock, &store, &mut OutputIndex::load(dir.path()), &before, &mut view);
+        assert_eq!(st, State::Replay);
+        let merged = view.take_merged();
+        let want = Merged::Write { bytes: b"a\nB\nc\nd\nmine\n".to_vec(), mode: crate::changes::S_IFREG | 0o644 };
+        assert_eq!(merged, [("notes.md".to_owned(), want)]);
+        // Laid over the tree, a later dry run reads the merged content.
+        let mut overlay = Overlay::default();
+        overlay.lay_merged("t", merged);
+        let again = View::new(dir.path(), &mut cache, &overlay);
+        assert_eq!(again.dry_run(&store, &e).unwrap(), [("notes.md".to_owned(), Merged::Keep)]);
+        // A base that was not kept: never guessed.
+        let mut unknown = e.clone();
+        unknown.changes[0].old = None;
+        let none = Overlay::default();
+        let view = View::new(dir.path(), &mut cache, &none);
+        assert_eq!(view.dry_run(&store, &unknown), Err("notes.md".to_owned()));
+    }
+
     #[test]
     fn a_pattern_matches_only_below_its_literal_folders() {
         assert_eq!(literal_prefix("src/*.py"), "src/");
@@ -550,7 +1215,8 @@ mod tests {
     #[test]
     fn laid_paths_join_the_inputs_their_patterns_match() {
         let mut overlay = Overlay::default();
-        let laid = |h: Option<&str>| Laid { hash: h.map(str::to_owned), link: None, by: "dep".into() };
+        let laid =
+            |h: Option<&str>| Laid { hash: h.map(str::to_owned), link: None, by: "dep".into(), ..Laid::default() };
         overlay.files.insert("src/new.py".into(), laid(Some("n")));
         overlay.files.insert("src/old.py".into(), laid(None));
         overlay.files.insert("src/kept.py".into(), laid(Some("k2")));
@@ -570,18 +1236,25 @@ mod tests {
     #[test]
     fn a_laid_symlink_is_followed_like_the_resolver_does() {
         let mut overlay = Overlay::default();
+        overlay.files.insert(
+            "a/link".into(),
+            Laid { hash: Some("l".into()), link: Some("../b/t".into()), by: "x".into(), ..Laid::default() },
+        );
         overlay
             .files
-            .insert("a/link".into(), Laid { hash: Some("l".into()), link: Some("../b/t".into()), by: "x".into() });
-        overlay.files.insert("b/t".into(), Laid { hash: Some("t".into()), link: None, by: "x".into() });
-        overlay
-            .files
-            .insert("out".into(), Laid { hash: Some("o".into()), link: Some("../../etc".into()), by: "x".into() });
+            .insert("b/t".into(), Laid { hash: Some("t".into()), link: None, by: "x".into(), ..Laid::default() });
+        overlay.files.insert(
+            "out".into(),
+            Laid { hash: Some("o".into()), link: Some("../../etc".into()), by: "x".into(), ..Laid::default() },
+        );
         let mut none = |_: &str| None;
         assert_eq!(overlay.content("a/link", &overlay.files["a/link"].clone(), &mut none), Some("t".into()));
         assert_eq!(overlay.content("out", &overlay.files["out"].clone(), &mut none), None);
         let mut disk = |p: &str| (p == "c").then(|| "c-hash".to_owned());
-        overlay.files.insert("d".into(), Laid { hash: Some("l".into()), link: Some("c".into()), by: "x".into() });
+        overlay.files.insert(
+            "d".into(),
+            Laid { hash: Some("l".into()), link: Some("c".into()), by: "x".into(), ..Laid::default() },
+        );
         assert_eq!(overlay.content("d", &overlay.files["d"].clone(), &mut disk), Some("c-hash".into()));
     }
 }

@@ -24,7 +24,26 @@ pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
     if let Some(u) = &c.unusable {
         reasons.push(format!("the stored run cannot be used: {u}"));
     }
+    if let Some(path) = &c.conflict {
+        reasons.push(format!("replay would conflict: {path}"));
+        reasons.push(
+            "the stored change does not merge into the tree as it is (both changed the same lines of it); the agent runs on the tree as it is"
+                .to_owned(),
+        );
+        return reasons;
+    }
     match (t.state, c.basis) {
+        (State::UpToDate, _) if !c.outputs_edited.is_empty() => {
+            let mut notes = c.outputs_edited.clone();
+            notes.push("its inputs are as recorded; an output changed since the run is the user's: cassist leaves it as it is (delete a file the task created to have it written again)".to_owned());
+            return notes;
+        }
+        (State::UpToDate, Basis::StoreAfter) => {
+            return vec![
+                "its inputs are as a stored run left them, one cassist.lock does not record (a `run --locked` replayed it, or it is an earlier run's)"
+                    .to_owned(),
+            ];
+        }
         (State::UpToDate, _) => return vec!["unchanged since it was recorded".to_owned()],
         (State::Replay, _) if c.remote => {
             reasons.push(format!(
@@ -36,6 +55,13 @@ pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
             reasons.push(format!(
                 "its inputs are as the recorded run left them{replays}; the stored change is written again"
             ));
+            return reasons;
+        }
+        (State::Run, Basis::OutputsChanged) if c.unusable.is_none() => {
+            reasons.push(
+                "the store holds no record of the run to write again (it was cleaned, or this is a fresh clone)"
+                    .to_owned(),
+            );
             return reasons;
         }
         (State::Replay, Basis::StoreEntry) => {

@@ -132,6 +132,7 @@ pub fn lock_line(e: &Entry) -> LockEntry {
         before: e.before.clone(),
         after: e.after.clone(),
         outputs: e.outputs.as_ref().map(cassist_core::plan::state::outputs_hash),
+        output_files: cassist_core::plan::state::output_records(e),
         patch: e.patch.clone(),
         agent: e.agent.clone(),
         agent_version: e.agent_version.clone(),
@@ -224,12 +225,22 @@ pub fn update_after(store: &Store, entry: &mut LockEntry, t: &PlannedTask, outpu
     entry.after = t.hash.clone();
     if let Some(o) = &outputs {
         entry.outputs = Some(cassist_core::plan::state::outputs_hash(o));
+        // Each output's record follows (whether the task created it does
+        // not change).
+        for (path, hash) in o {
+            if let Some(recorded) = entry.output_files.get_mut(path) {
+                recorded.hash = hash.clone();
+            }
+        }
     }
     if let Ok(Some(mut e)) = store.read_entry(&entry.before) {
         e.after = t.hash.clone();
         e.after_key = serde_json::to_value(&t.key).ok();
         if outputs.is_some() {
             e.outputs = outputs;
+        }
+        if e.patch == entry.patch {
+            entry.output_files = cassist_core::plan::state::output_records(&e);
         }
         let _ = store.put_entry(&e);
     }

@@ -158,12 +158,7 @@ pub fn remove_kept(parent: &Path, root: &Path) -> (usize, u64) {
         if marker.root != root {
             continue;
         }
-        let size: u64 = walkdir::WalkDir::new(&dir)
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.metadata().ok())
-            .map(|m| m.blocks() * 512)
-            .sum();
+        let size = disk_usage(&dir);
         remove_tree(&dir);
         if !dir.exists() {
             removed += 1;
@@ -171,6 +166,49 @@ pub fn remove_kept(parent: &Path, root: &Path) -> (usize, u64) {
         }
     }
     (removed, bytes)
+}
+
+/// How long a workspace kept for a project that no longer exists stays
+/// before [`remove_orphaned_kept`] removes it (time for a project moved
+/// or deleted by mistake to come back).
+pub const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// Removes the workspaces under `parent` kept for a project whose folder
+/// no longer exists, kept longer than `grace` ago (the time of the mark):
+/// no run of that project will remove them, so any project's `cache gc`
+/// does. Returns how many, and the bytes they held.
+pub fn remove_orphaned_kept(parent: &Path, grace: std::time::Duration) -> (usize, u64) {
+    let (mut removed, mut bytes) = (0, 0);
+    let now = std::time::SystemTime::now();
+    let Ok(rd) = std::fs::read_dir(parent) else { return (0, 0) };
+    for e in rd.flatten() {
+        let dir = e.path();
+        let mark = dir.join(KEPT);
+        let Some(marker) = std::fs::read(&mark).ok().and_then(|b| serde_json::from_slice::<KeptMarker>(&b).ok()) else {
+            continue;
+        };
+        // Gone for sure: not there, and not hidden behind a folder this
+        // user cannot read.
+        let gone =
+            matches!(std::fs::symlink_metadata(&marker.root), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        let kept_since = std::fs::metadata(&mark).and_then(|m| m.modified()).ok();
+        let old = kept_since.and_then(|t| now.duration_since(t).ok()).is_some_and(|age| age > grace);
+        if !gone || !old {
+            continue;
+        }
+        let size = disk_usage(&dir);
+        remove_tree(&dir);
+        if !dir.exists() {
+            removed += 1;
+            bytes += size;
+        }
+    }
+    (removed, bytes)
+}
+
+/// The bytes a folder tree holds on disk.
+fn disk_usage(dir: &Path) -> u64 {
+    walkdir::WalkDir::new(dir).into_iter().flatten().filter_map(|e| e.metadata().ok()).map(|m| m.blocks() * 512).sum()
 }
 
 /// Removes a folder tree, including the kernel's unreadable overlay work
@@ -192,4 +230,40 @@ pub fn remove_tree(path: &Path) {
         }
     }
     let _ = std::fs::remove_dir_all(path);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A folder kept for the project at `root`, marked `age` ago.
+    fn kept(parent: &Path, name: &str, root: &Path, age: std::time::Duration) -> PathBuf {
+        let dir = parent.join(name);
+        std::fs::create_dir_all(dir.join("tree")).unwrap();
+        std::fs::write(dir.join("tree/file"), "x").unwrap();
+        mark_kept(&dir, "t", root).unwrap();
+        let when = std::time::SystemTime::now() - age;
+        std::fs::File::options().write(true).open(dir.join(KEPT)).unwrap().set_modified(when).unwrap();
+        dir
+    }
+
+    #[test]
+    fn only_old_workspaces_of_projects_that_are_gone_are_removed() {
+        let parent = tempfile::tempdir().unwrap();
+        let live = tempfile::tempdir().unwrap();
+        let gone = live.path().join("moved-away");
+        let day = std::time::Duration::from_secs(24 * 3600);
+        let orphan = kept(parent.path(), "orphan", &gone, 8 * day);
+        let recent = kept(parent.path(), "recent", &gone, 2 * day);
+        let alive = kept(parent.path(), "alive", live.path(), 30 * day);
+        // Not a kept workspace at all.
+        std::fs::create_dir_all(parent.path().join("other")).unwrap();
+        let (removed, bytes) = remove_orphaned_kept(parent.path(), ORPHAN_GRACE);
+        assert_eq!(removed, 1);
+        assert!(bytes > 0);
+        assert!(!orphan.exists() && recent.exists() && alive.exists() && parent.path().join("other").exists());
+        // Once the grace is over, the other one goes too.
+        assert_eq!(remove_orphaned_kept(parent.path(), day).0, 1);
+        assert!(!recent.exists() && alive.exists());
+    }
 }

@@ -81,7 +81,10 @@ use cassist_core::limits::Limits;
 use cassist_sandbox::process;
 use cassist_sandbox::sandbox::{ExecSpec, Jail, Overlay};
 
-pub use cleanup::{finish_removals, remove_kept, remove_stale, remove_stale_in_background, remove_tree};
+pub use cleanup::{
+    ORPHAN_GRACE, finish_removals, remove_kept, remove_orphaned_kept, remove_stale, remove_stale_in_background,
+    remove_tree,
+};
 pub use integration::{IntegrateError, Integrated, integrate, never_written, start_stamp, write_merged};
 pub use layers::{IntegrationLayer, fold, layers_home, remove_layers};
 pub use probe::{detect_mode, forget_probe};
