@@ -701,7 +701,15 @@ fn every_hit_with_edits(point: &str, edits: Edits) {
         let lock = cassist_core::lock::Lock::load(p.path()).unwrap();
         assert_eq!(lock.tasks.contains_key("change"), change_in, "{when}: the lock line\n{}", plan_out.transcript());
         consistent(&p, &when);
-        assert!(["up-to-date", "replay"].contains(&state.as_str()), "{when}: {state}\n{}", plan_out.transcript());
+        if edits == Edits::Conflicting && !change_in {
+            // The stored change no longer merges with the user's edits: the
+            // plan's dry run of the replay says so, and the agent runs.
+            assert_eq!(state, "run", "{when}\n{}", plan_out.transcript());
+            let said = p.cassist(&["plan"]).exec();
+            assert!(said.transcript().contains("replay would conflict"), "{when}\n{}", said.transcript());
+        } else {
+            assert!(["up-to-date", "replay"].contains(&state.as_str()), "{when}: {state}\n{}", plan_out.transcript());
+        }
         later_runs_end_consistent(&p, &when);
         n += 1;
     }
@@ -783,7 +791,10 @@ fn killed_while_recovering_with_edits_the_next_command_keeps_them_all() {
                 let lock = cassist_core::lock::Lock::load(p.path()).unwrap();
                 assert_eq!(lock.tasks.contains_key("change"), edits == Edits::Merging, "{when}");
                 consistent(&p, &when);
-                assert!(["up-to-date", "replay"].contains(&state.as_str()), "{when}: {state}");
+                // Turned back: the stored change no longer merges with the
+                // user's edits, and the plan's dry run says so.
+                let want: &[&str] = if edits == Edits::Merging { &["up-to-date", "replay"] } else { &["run"] };
+                assert!(want.contains(&state.as_str()), "{when}: {state}");
                 if !killed {
                     assert!(n > 1, "{point} was never hit:\n{}", out.transcript());
                     later_runs_end_consistent(&p, &when);

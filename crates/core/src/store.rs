@@ -387,12 +387,22 @@ impl Store {
         self.unmark_fetched(&entry.before);
         let path = self.entry_path(&entry.before);
         if flush { write_atomic(&path, &json) } else { crate::fsx::write_cache(&path, &json) }?;
-        if is_hash(&entry.after) && is_hash(&entry.before) {
-            // An index, rebuilt by any later write: failing to keep it
-            // costs a lookup, never an entry.
-            let _ = crate::fsx::write_cache(&self.after_path(&entry.after), entry.before.as_bytes());
-        }
         Ok(())
+    }
+
+    /// Notes that the change of the entry recorded for `before` is in this
+    /// project's tree, with its after-state: called once the change has
+    /// landed, never when an entry is merely written (a run killed before
+    /// its change landed, an entry fetched from the team cache: that
+    /// after-state was never reached here). An index: failing to keep it
+    /// costs a lookup, never an entry.
+    pub fn index_after(&self, before: &str) {
+        if let Ok(Some(e)) = self.read_entry(before)
+            && is_hash(&e.after)
+            && is_hash(&e.before)
+        {
+            let _ = crate::fsx::write_cache(&self.after_path(&e.after), e.before.as_bytes());
+        }
     }
 
     /// The file of the after-state index: the input hash before the run
@@ -402,8 +412,8 @@ impl Store {
     }
 
     /// The entry whose run left its task's inputs hashed `after` (its
-    /// after-state), found through the index every write of an entry with
-    /// an after-state keeps: so a task a `run --locked` replayed (which
+    /// after-state), found through the index kept as changes land
+    /// ([`Store::index_after`]): so a task a `run --locked` replayed (which
     /// writes no lock line) is known to be up to date. `Ok(None)`: no
     /// entry has it (the index may be stale: the entry is read and
     /// checked); an error when the entry named is unreadable.

@@ -345,6 +345,13 @@ impl Runner {
         if let Err(e) = transaction.apply(all) {
             return cannot_write(self, kept, out, &e);
         }
+        // The changes are in the tree: their after-states were reached.
+        for l in &kept {
+            let before = l.replayed.as_ref().map(|e| &e.before).or(l.recorded.as_ref().map(|r| &r.entry.before));
+            if let Some(before) = before {
+                self.plan.store.index_after(before);
+            }
+        }
         out.extend(lines.into_iter().map(|(task, line, hashed)| Flushed::Written { task, line, hashed }));
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).written = overlay;
         out

@@ -242,6 +242,9 @@ pub fn update_after(store: &Store, entry: &mut LockEntry, t: &PlannedTask, outpu
         if e.patch == entry.patch {
             entry.output_files = cassist_core::plan::state::output_records(&e);
         }
-        let _ = store.put_entry(&e);
+        // The project is in that after-state now.
+        if store.put_entry(&e).is_ok() {
+            store.index_after(&e.before);
+        }
     }
 }
