@@ -26,6 +26,7 @@ mod remote;
 mod review;
 mod run;
 mod sandbox;
+mod serial;
 mod servers;
 mod snapshot;
 mod specs;
