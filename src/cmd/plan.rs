@@ -31,6 +31,9 @@ pub struct PlanTaskJson<'a> {
 
 pub fn run(cwd: &Path, args: &TaskArgs, json: bool, out: &Output) -> Result {
     let plan = super::load_plan_remote(cwd, args, out)?;
+    // A code task without a scope runs alone: said here, where the order
+    // is shown.
+    out.print_diagnostics(&cassist_core::plan::overlap::unscoped_warnings(&plan.tasks));
     if json {
         let doc = PlanJson {
             tasks: plan

@@ -29,6 +29,7 @@ mod replay;
 mod review;
 mod run;
 mod sandbox;
+mod serial;
 mod servers;
 mod snapshot;
 mod specs;

@@ -570,7 +570,10 @@ fn a_locked_run_into_a_closed_pipe_does_its_work_and_exits_3() {
 #[test]
 fn ctrl_c_on_a_terminal_says_what_it_stops_at_once_and_a_second_stops_at_once() {
     let marker = unique_marker("tty-ctrl-c");
-    let tasks = "task \"alpha\" {\n    goal \"Hang.\"\n}\n\ntask \"beta\" {\n    goal \"Hang.\"\n}\n";
+    // Scoped apart, so that they run at the same time (two code tasks
+    // without a scope would run one after the other).
+    let tasks = "task \"alpha\" {\n    goal \"Hang.\"\n    scope {\n        path \"alpha.txt\"\n    }\n}\n\n\
+                 task \"beta\" {\n    goal \"Hang.\"\n    scope {\n        path \"beta.txt\"\n    }\n}\n";
     let p = Test::trusted()
         .kdl("defaults {\n    agent \"hang\"\n}\n")
         .agent("hang", "hang.sh", &[&marker], &[])

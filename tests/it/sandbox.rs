@@ -496,8 +496,9 @@ fn tasks_share_nothing(env: &[(&str, &str)]) {
         format!("agent {name:?} {{\n    command {}\n    pass-env \"PROBE_OUT\" \"PROBE_EDIT\"\n}}\n", argv.join(" "))
     };
     p.file("cassist.kdl", format!("trust \"workspace-write\"\ntest #false\n{}{}", agent("pa", a), agent("pb", b)));
-    let tasks = code_task("a", &[]).replace("\"probe\"", "\"pa\"")
-        + &code_task("b", &[&acceptance]).replace("\"probe\"", "\"pb\"");
+    // Scoped apart, so that they run at the same time.
+    let tasks = code_task("a", &[]).replace("\"probe\"", "\"pa\"").replace("src/**", "src/a.txt")
+        + &code_task("b", &[&acceptance]).replace("\"probe\"", "\"pb\"").replace("src/**", "src/b.txt");
     p.file("tasks/t.kdl", tasks);
     p.commit_all();
     let done = p.run(&["-j", "2"]).env("PROBE_OUT", out).env("PROBE_EDIT", "src/{task}.txt").envs(env).exec();

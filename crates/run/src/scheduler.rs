@@ -1,6 +1,10 @@
 //! The scheduler of a run: at most `--jobs` tasks at once,
 //! each started once every task it depends on has passed and been
-//! integrated.
+//! integrated, and every earlier task whose scope it overlaps
+//! ([`cassist_core::plan::overlap`]) has ended and its change has been
+//! written into the tree: overlapping tasks run one after the other, in
+//! run order, each from a tree that holds the changes of those before it,
+//! as they would with `-j 1`.
 //!
 //! It runs on a single-threaded tokio runtime; each task runs on tokio's
 //! blocking pool through the [`Runner`], which does the blocking work
@@ -17,6 +21,7 @@ use crate::runner::flush::Flushed;
 use crate::runner::{Instead, Runner, TaskResult};
 use cassist_core::event::{TaskEnd, TaskState};
 use cassist_core::lock::Lock;
+use cassist_core::plan::overlap::{self, Footprint};
 use cassist_core::plan::state::Basis;
 use cassist_core::plan::{HashError, PlannedTask, State};
 
@@ -103,6 +108,12 @@ async fn schedule(
             jobs_of.insert(handle.id(), i);
         }
         if run.running == 0 {
+            // A task waits for a change to reach the tree: written now
+            // (nothing runs), and it can start.
+            if !run.unflushed.is_empty() {
+                run.flush();
+                continue;
+            }
             break;
         }
         // Wait for a task to end, or for Ctrl-C: then what waits is
@@ -165,6 +176,22 @@ struct Schedule<'a> {
     touched: bool,
     hashed_at_end: HashSet<String>,
     running: usize,
+    /// Per task, the later tasks that wait for it to end because their
+    /// scopes overlap ([`cassist_core::plan::overlap::waits`]).
+    waited_by: Vec<Vec<usize>>,
+    /// Per task, how many of the tasks it waits for are not released yet.
+    blockers: Vec<usize>,
+    /// Per task, whether it is released: it ended, its change (if any) is
+    /// in the tree, and every task it waits for is released.
+    released: Vec<bool>,
+    /// The ended tasks whose change waits for the flush, and per task
+    /// whether it is one of them.
+    unflushed: Vec<usize>,
+    flushing: Vec<bool>,
+    /// A task that ended waits for the flush before a later one can
+    /// start: nothing new starts until the running tasks end and it
+    /// happens.
+    drain: bool,
 }
 
 impl<'a> Schedule<'a> {
@@ -180,8 +207,17 @@ impl<'a> Schedule<'a> {
             .map(|t| t.key.spec.depends_on.iter().filter_map(|d| index.get(d).copied()).collect())
             .collect();
         let slots = tasks.iter().map(|_| Slot::Waiting).collect();
+        let footprints: Vec<Footprint> = tasks.iter().map(Footprint::of).collect();
+        let waits = overlap::waits(&footprints);
+        let mut waited_by = vec![Vec::new(); tasks.len()];
+        for (i, w) in waits.iter().enumerate() {
+            for &j in w {
+                waited_by[j].push(i);
+            }
+        }
         let lock = runner.plan.lock.clone();
         let shown = if opts.no_cache { HashMap::new() } else { read_shown(&runner.plan.store, &tasks, &lock) };
+        let tasks_len = tasks.len();
         Schedule {
             reports: Vec::with_capacity(tasks.len()),
             runner,
@@ -198,6 +234,12 @@ impl<'a> Schedule<'a> {
             touched: false,
             hashed_at_end: HashSet::new(),
             running: 0,
+            waited_by,
+            blockers: waits.iter().map(Vec::len).collect(),
+            released: vec![false; tasks_len],
+            unflushed: Vec::new(),
+            flushing: vec![false; tasks_len],
+            drain: false,
         }
     }
 
@@ -254,7 +296,12 @@ impl<'a> Schedule<'a> {
         if let Some(why) = &self.stop {
             return Step::Settled(Box::new(TaskResult::new(t.skipped(why.clone()))));
         }
-        if waiting_for_dep || failed_dep.is_some() || self.running >= self.opts.jobs {
+        if waiting_for_dep
+            || failed_dep.is_some()
+            || self.blockers[i] > 0
+            || self.drain
+            || self.running >= self.opts.jobs
+        {
             return Step::Wait;
         }
         let mut t = t.clone();
@@ -272,10 +319,40 @@ impl<'a> Schedule<'a> {
 
     /// Task `i` ended: recorded, handed to the reporter, marked done.
     fn done(&mut self, i: usize, t: &PlannedTask, r: TaskResult, finished: &mut dyn FnMut(&TaskEnd)) {
+        let landed = r.end.state().is_success() && r.changes.as_ref().is_some_and(|c| !c.is_empty());
         let end = self.settle(t, r);
         finished(&end);
         self.slots[i] = Slot::Done(self.reports.len());
         self.reports.push(end);
+        if landed {
+            // Its change is in the tree only once flushed.
+            self.unflushed.push(i);
+            self.flushing[i] = true;
+            self.drain |= self.waited_by[i].iter().any(|&k| matches!(self.slots[k], Slot::Waiting));
+        } else {
+            self.release(i);
+        }
+    }
+
+    /// Releases task `i` if it can be (it ended, its change is in the
+    /// tree, what it waits for is released), then the tasks waiting for
+    /// it that can be: a task settled without running (skipped, say) may
+    /// end before what it waits for, and a task waiting for it must wait
+    /// for those too.
+    fn release(&mut self, i: usize) {
+        let mut todo = vec![i];
+        while let Some(i) = todo.pop() {
+            if self.released[i] || self.blockers[i] > 0 || !matches!(self.slots[i], Slot::Done(_)) || self.flushing[i] {
+                continue;
+            }
+            self.released[i] = true;
+            for &k in &self.waited_by[i] {
+                self.blockers[k] -= 1;
+                if self.blockers[k] == 0 {
+                    todo.push(k);
+                }
+            }
+        }
     }
 
     /// The reports in run order.
@@ -522,6 +599,13 @@ impl Schedule<'_> {
     /// the summary and the reports say it).
     fn flush(&mut self) {
         let flushed = self.runner.flush();
+        // Written or not, the changes that waited are settled: the tasks
+        // waiting for them start from the tree as it is now.
+        self.drain = false;
+        for i in std::mem::take(&mut self.unflushed) {
+            self.flushing[i] = false;
+            self.release(i);
+        }
         if flushed.iter().any(|f| matches!(f, Flushed::Written { .. })) {
             // The tree changed: what an earlier flush hashed may have moved.
             self.hashed_at_end.clear();

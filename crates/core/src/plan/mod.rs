@@ -12,6 +12,7 @@ pub mod filehash;
 pub mod hash;
 mod hashing;
 mod load;
+pub mod overlap;
 mod par;
 mod settings;
 pub mod state;
