@@ -177,6 +177,24 @@ fn two_tasks_editing_one_file_in_a_parallel_run_both_land() {
     let notes = "edited by first\nline two\nadded by second\n";
     assert_eq!(s.tree(), expected(&s, &before, &[("notes.txt", notes)]));
     assert_eq!(s.locked(), names(&["first", "look", "second"]));
+
+    // Then `plan`, `run`, `plan`: every task up-to-date, both edits stay,
+    // nothing is written again.
+    let planned = |when: &str| {
+        let plan = s.p.cassist(&["plan", "--json"]).exec();
+        for t in plan.json()["tasks"].as_array().unwrap() {
+            assert_eq!(t["state"], "up-to-date", "{when}: {}", plan.transcript());
+        }
+    };
+    planned("after the run");
+    let lock = s.p.read("cassist.lock");
+    let again = s.run(rules, &["-j", "4"]).exec();
+    for t in ["first", "look", "second"] {
+        assert_eq!(task(&again.report_json(), t)["state"], "up-to-date", "{t}: {}", again.transcript());
+    }
+    assert_eq!(s.p.read("notes.txt"), notes, "{}", again.transcript());
+    assert_eq!(s.p.read("cassist.lock"), lock);
+    planned("after the second run");
 }
 
 #[test]

@@ -910,17 +910,25 @@ mod tests {
         assert!(store.entry_by_after("").unwrap().is_none(), "no after-state, no index");
         e.after = "a1".into();
         store.amend_entry(&e).unwrap();
+        // Written, not landed: a run killed before its change reached the
+        // tree never reached that after-state.
+        assert!(store.entry_by_after("a1").unwrap().is_none());
+        store.index_after("b1");
         assert_eq!(store.entry_by_after("a1").unwrap().map(|e| e.before), Some("b1".to_owned()));
         assert!(store.entry_by_after("a2").unwrap().is_none());
         // Moved: the old after-state no longer names it.
         e.after = "a2".into();
         store.put_entry(&e).unwrap();
+        store.index_after("b1");
         assert!(store.entry_by_after("a1").unwrap().is_none());
         assert_eq!(store.entry_by_after("a2").unwrap().map(|e| e.before), Some("b1".to_owned()));
-        // A fetched entry is indexed too.
+        // A fetched entry's after-state was reached elsewhere: not indexed
+        // until its change lands here.
         let mut f = entry("b2", &h);
         f.after = "a3".into();
         store.put_fetched_entry(&f, "k").unwrap();
+        assert!(store.entry_by_after("a3").unwrap().is_none());
+        store.index_after("b2");
         assert_eq!(store.entry_by_after("a3").unwrap().map(|e| e.before), Some("b2".to_owned()));
         // gc drops what names a removed or moved entry, and keeps the rest.
         let keep: std::collections::HashSet<String> = ["b1".to_owned()].into();

@@ -160,19 +160,26 @@ fn overlapping<'a>(index: &'a BTreeMap<&str, Vec<usize>>, p: &'a str) -> impl It
     lists.into_iter().flat_map(move |l| l[l.partition_point(|&k| k < from)..].iter().copied())
 }
 
-/// One warning per code task without a scope, when the plan has more than
-/// one task that may change files: such a task overlaps every other one,
-/// so it runs alone, after every earlier one.
+/// How many code tasks without a scope get a warning of their own; the
+/// rest are named in one more (a plan of hundreds of them would otherwise
+/// print pages).
+const UNSCOPED_SHOWN: usize = 3;
+
+/// A warning per code task without a scope (the first few; one more
+/// names the rest), when the plan has more than one task that may change
+/// files: such a task overlaps every other one, so it runs alone, after
+/// every earlier one.
 pub fn unscoped_warnings(tasks: &[PlannedTask]) -> Vec<SpecDiagnostic> {
     let footprints: Vec<Footprint> = tasks.iter().map(Footprint::of).collect();
     if footprints.iter().filter(|f| f.writes()).count() < 2 {
         return Vec::new();
     }
-    tasks
+    let unscoped: Vec<&PlannedTask> =
+        tasks.iter().zip(&footprints).filter(|(_, f)| **f == Footprint::Unscoped).map(|(t, _)| t).collect();
+    let mut out: Vec<SpecDiagnostic> = unscoped
         .iter()
-        .zip(&footprints)
-        .filter(|(_, f)| **f == Footprint::Unscoped)
-        .map(|(t, _)| {
+        .take(UNSCOPED_SHOWN)
+        .map(|t| {
             SpecDiagnostic::warning(
                 "unscoped-task",
                 format!(
@@ -183,7 +190,22 @@ pub fn unscoped_warnings(tasks: &[PlannedTask]) -> Vec<SpecDiagnostic> {
             .at(&t.task.source, t.task.name_span, "no scope")
             .help("add a `scope` naming the files it may change, so that it can run beside other tasks")
         })
-        .collect()
+        .collect();
+    if unscoped.len() > UNSCOPED_SHOWN {
+        let rest: Vec<&str> = unscoped[UNSCOPED_SHOWN..].iter().map(|t| t.task.name.as_str()).collect();
+        let mut names = rest.iter().take(10).map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+        if rest.len() > 10 {
+            names.push_str(&format!(" (and {} more)", rest.len() - 10));
+        }
+        out.push(
+            SpecDiagnostic::warning(
+                "unscoped-task",
+                format!("{} more code tasks have no scope and run alone too: {names}", rest.len()),
+            )
+            .help("add a `scope` naming the files each may change, so that they can run beside other tasks"),
+        );
+    }
+    out
 }
 
 #[cfg(test)]
