@@ -145,17 +145,22 @@ pub fn remove_stale(parent: &Path) -> usize {
 /// so no run of it is keeping one now). Returns how many, and the bytes
 /// they held.
 pub fn remove_kept(parent: &Path, root: &Path) -> (usize, u64) {
-    let (mut removed, mut bytes) = (0, 0);
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    remove_kept_where(parent, |_, marker| marker.root == root)
+}
+
+/// Removes the kept workspaces under `parent` whose marker (at `mark`)
+/// `pick` chooses; how many, and the bytes they held.
+fn remove_kept_where(parent: &Path, mut pick: impl FnMut(&Path, &KeptMarker) -> bool) -> (usize, u64) {
+    let (mut removed, mut bytes) = (0, 0);
     let Ok(rd) = std::fs::read_dir(parent) else { return (0, 0) };
     for e in rd.flatten() {
         let dir = e.path();
-        let Some(marker) =
-            std::fs::read(dir.join(KEPT)).ok().and_then(|bytes| serde_json::from_slice::<KeptMarker>(&bytes).ok())
-        else {
+        let mark = dir.join(KEPT);
+        let Some(marker) = std::fs::read(&mark).ok().and_then(|b| serde_json::from_slice::<KeptMarker>(&b).ok()) else {
             continue;
         };
-        if marker.root != root {
+        if !pick(&mark, &marker) {
             continue;
         }
         let size = disk_usage(&dir);
@@ -178,32 +183,16 @@ pub const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(7 *
 /// no run of that project will remove them, so any project's `cache gc`
 /// does. Returns how many, and the bytes they held.
 pub fn remove_orphaned_kept(parent: &Path, grace: std::time::Duration) -> (usize, u64) {
-    let (mut removed, mut bytes) = (0, 0);
     let now = std::time::SystemTime::now();
-    let Ok(rd) = std::fs::read_dir(parent) else { return (0, 0) };
-    for e in rd.flatten() {
-        let dir = e.path();
-        let mark = dir.join(KEPT);
-        let Some(marker) = std::fs::read(&mark).ok().and_then(|b| serde_json::from_slice::<KeptMarker>(&b).ok()) else {
-            continue;
-        };
+    remove_kept_where(parent, |mark, marker| {
         // Gone for sure: not there, and not hidden behind a folder this
         // user cannot read.
         let gone =
             matches!(std::fs::symlink_metadata(&marker.root), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
-        let kept_since = std::fs::metadata(&mark).and_then(|m| m.modified()).ok();
+        let kept_since = std::fs::metadata(mark).and_then(|m| m.modified()).ok();
         let old = kept_since.and_then(|t| now.duration_since(t).ok()).is_some_and(|age| age > grace);
-        if !gone || !old {
-            continue;
-        }
-        let size = disk_usage(&dir);
-        remove_tree(&dir);
-        if !dir.exists() {
-            removed += 1;
-            bytes += size;
-        }
-    }
-    (removed, bytes)
+        gone && old
+    })
 }
 
 /// The bytes a folder tree holds on disk.

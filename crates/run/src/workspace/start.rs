@@ -25,7 +25,8 @@ use std::path::{Path, PathBuf};
 
 use crate::review::Scope;
 use cassist_core::changes::{Change, ChangeKind};
-use cassist_core::paths::{Stamp, is_literal, is_reserved, normalize};
+use cassist_core::paths::{Stamp, is_reserved};
+use cassist_core::plan::overlap::literal_prefix;
 
 /// Files copied aside for one task, at most.
 pub const MAX_FILES: usize = 2_000;
@@ -61,7 +62,7 @@ impl Start {
         if start.scope.is_everything() {
             return Ok(start);
         }
-        let mut prefixes: Vec<String> = scope.iter().map(|p| literal_prefix(&normalize(p))).collect();
+        let mut prefixes: Vec<String> = scope.iter().map(|p| literal_prefix(p)).collect();
         prefixes.sort();
         prefixes.dedup();
         // A prefix below another is walked with it.
@@ -183,15 +184,6 @@ impl Start {
     }
 }
 
-/// The components of `pattern` before the first one holding a wildcard
-/// (the whole pattern when it is literal).
-pub fn literal_prefix(pattern: &str) -> String {
-    if is_literal(pattern) {
-        return pattern.to_owned();
-    }
-    pattern.split('/').take_while(|c| is_literal(c)).collect::<Vec<_>>().join("/")
-}
-
 /// Whether `rel` lies below folder `dir` (`dir` not empty).
 fn below(rel: &str, dir: &str) -> bool {
     !dir.is_empty() && rel.strip_prefix(dir).is_some_and(|r| r.starts_with('/'))
@@ -213,14 +205,6 @@ mod tests {
             old_mode: Some(S_IFREG | 0o644),
             base_unknown: false,
         }
-    }
-
-    #[test]
-    fn literal_prefixes_stop_at_the_first_wildcard() {
-        assert_eq!(literal_prefix("src/a.rs"), "src/a.rs");
-        assert_eq!(literal_prefix("src/**/*.rs"), "src");
-        assert_eq!(literal_prefix("src/a*/b"), "src");
-        assert_eq!(literal_prefix("**/x.rs"), "");
     }
 
     #[test]
