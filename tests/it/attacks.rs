@@ -1090,7 +1090,7 @@ fn tmpfs_with_room(bytes: u64) -> Option<tempfile::TempDir> {
     (free > bytes).then(|| tempfile::Builder::new().prefix("cassist-test-").tempdir_in(shm).ok()).flatten()
 }
 
-/// Item 9 (issue 23): 200,001 one-byte files. Each was read, reviewed and
+/// The files limit: 200,001 one-byte files. Each was read, reviewed and
 /// written into the tree (40 s, cassist at 500 MB). Now the change is
 /// rejected with its count as it is read: nothing past the limit is read,
 /// nothing lands in the tree or the store, in a fraction of that time and
@@ -1149,7 +1149,7 @@ fn too_many_files_are_rejected_as_they_are_counted(env: Env) {
 
 in_both_modes!(too_many_files_are_rejected_as_they_are_counted: two_hundred_thousand_files_are_rejected_counted, two_hundred_thousand_files_are_rejected_counted_in_copy_mode);
 
-/// Item 9 (issue 23): `limits { files 5 }`: a change of 6 entries is
+/// The files limit: `limits { files 5 }`: a change of 6 entries is
 /// rejected with its count, one of 5 passes.
 #[test]
 fn the_files_limit_of_the_config_is_applied() {

@@ -181,23 +181,6 @@ fn restore_outputs(p: &Project) {
     }
 }
 
-/// `cassist plan --json`: each task's state.
-fn plan_states(p: &Project) -> BTreeMap<String, String> {
-    let json = p.cassist(&["plan", "--json"]).exec().json();
-    json["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| (t["name"].as_str().unwrap().to_owned(), t["state"].as_str().unwrap().to_owned()))
-        .collect()
-}
-
-/// `cassist explain TASK`, which must succeed.
-#[track_caller]
-fn explain(p: &Project, task: &str) -> String {
-    p.cassist(&["explain", task]).exec().stdout
-}
-
 /// The lock and the store agree: `cassist.lock` parses, names every
 /// task in `tasks`, and each entry it references is whole in the store
 /// with the same patch; no temp file is left in the store's folders.
@@ -261,7 +244,7 @@ fn the_first_run_calls_the_agent_and_the_second_none() {
     let p = project();
     let first = first_run(&p);
     assert_eq!(first.report_json()["cached"], 0);
-    assert_eq!(plan_states(&p), all("up-to-date"));
+    assert_eq!(p.plan_states(), all("up-to-date"));
 
     let second = p.run(&[]).exec();
     assert_eq!(calls(&p).len(), 3, "the second run called an agent:\n{}", second.transcript());
@@ -296,7 +279,7 @@ fn restored_outputs_are_replayed_without_an_agent() {
     first_run(&p);
     let lock = p.read("cassist.lock");
     restore_outputs(&p);
-    assert_eq!(plan_states(&p), all("replay"));
+    assert_eq!(p.plan_states(), all("replay"));
 
     let done = p.run(&[]).exec();
     assert_eq!(calls(&p).len(), 3, "a replay called an agent:\n{}", done.transcript());
@@ -368,7 +351,7 @@ fn a_replay_verifies_acceptance_again() {
     let lock = p.read("cassist.lock");
     // `stop-base` is no input of `base`, but its acceptance fails with it.
     p.file("stop-base", "");
-    assert_eq!(plan_states(&p), all("replay"));
+    assert_eq!(p.plan_states(), all("replay"));
     // `--locked` starts no agent: the task is refused, naming why.
     let done = p.run(&["-j", "1", "--locked"]).status(3).exec();
     let said = "  base: the replayed change no longer passes: acceptance command `grep -q base out/base.txt && test ! -e stop-base` failed";
@@ -431,7 +414,7 @@ fn a_missing_created_output_is_replayed_an_edited_one_kept() {
     let p = writers();
     // The outputs are hashed as the run left them: `second` edited the
     // output of `first`, which is still up-to-date.
-    assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
+    assert_eq!(p.plan_states(), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
     assert_consistent(&p, &["first", "second"]);
     let lock = p.read("cassist.lock");
     assert_eq!(lock.matches("    outputs \"").count(), 2, "{lock}");
@@ -447,23 +430,23 @@ fn a_missing_created_output_is_replayed_an_edited_one_kept() {
     // Deleted: `first` created it and writes it again; `second`'s line in
     // it goes with first's replay, so `second` is replayed too.
     std::fs::remove_file(p.path().join("out/first.txt")).unwrap();
-    assert_eq!(plan_states(&p), states(&[("first", "replay"), ("second", "replay")]));
-    let why = explain(&p, "first");
+    assert_eq!(p.plan_states(), states(&[("first", "replay"), ("second", "replay")]));
+    let why = p.explain("first");
     assert!(why.contains("state replay") && why.contains("output out/first.txt deleted"), "{why}");
-    let why = explain(&p, "second");
+    let why = p.explain("second");
     assert!(why.contains("output out/first.txt changed by the replay of an earlier task"), "{why}");
     let done = p.run(&[]).exec();
     assert_eq!(done.states(), states(&[("first", "replayed"), ("second", "replayed")]), "{}", done.transcript());
     assert_eq!(calls_sorted(&p), strings(&["first", "second"]), "a replay called an agent");
     assert_eq!(p.read("out/first.txt"), "Write the first.\nsecond was here\n");
     assert_eq!(p.read("cassist.lock"), lock, "a replay reproduces the recorded tree");
-    assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
+    assert_eq!(p.plan_states(), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
 
     // Edited by hand: the user's, left as it is by `run --locked` and
     // `run`, and said.
     p.file("out/second.txt", "edited by hand\n");
-    assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
-    assert!(explain(&p, "second").contains("output edited: out/second.txt"), "{}", explain(&p, "second"));
+    assert_eq!(p.plan_states(), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
+    assert!(p.explain("second").contains("output edited: out/second.txt"), "{}", p.explain("second"));
     for args in [&["--locked"][..], &[]] {
         let done = p.run(args).exec();
         assert_eq!(
@@ -485,7 +468,7 @@ fn a_missing_created_output_is_replayed_an_edited_one_kept() {
     // Deleted by hand: `second` created it, so it is written again; by
     // `--locked`, which leaves the lock alone.
     std::fs::remove_file(p.path().join("out/second.txt")).unwrap();
-    assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "replay")]));
+    assert_eq!(p.plan_states(), states(&[("first", "up-to-date"), ("second", "replay")]));
     let done = p.run(&["--locked"]).exec();
     assert_eq!(done.states(), states(&[("first", "up-to-date"), ("second", "replayed")]), "{}", done.transcript());
     assert_eq!(p.read("out/second.txt"), "Write the second.\n");
@@ -504,7 +487,7 @@ fn a_lock_line_without_outputs_is_checked_on_inputs_only() {
     assert_ne!(old, lock);
     p.file("cassist.lock", &old);
     std::fs::remove_file(p.path().join("out/second.txt")).unwrap();
-    assert_eq!(plan_states(&p), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
+    assert_eq!(p.plan_states(), states(&[("first", "up-to-date"), ("second", "up-to-date")]));
     let done = p.run(&[]).exec();
     assert_eq!(done.states(), states(&[("first", "up-to-date"), ("second", "up-to-date")]), "{}", done.transcript());
     assert_eq!(p.read("cassist.lock"), old, "an up-to-date run leaves an older lock as it is");
@@ -548,8 +531,8 @@ fn plan_predicts_a_replay_chain_as_run_does_it() {
     assert!(!p.exists("out/make.txt") && !p.exists("out/use.txt"));
     // The dependent's context is what the replay of `make` writes: `use`
     // is a replay too, not a run.
-    assert_eq!(plan_states(&p), states(&[("make", "replay"), ("use", "replay")]));
-    let why = explain(&p, "use");
+    assert_eq!(p.plan_states(), states(&[("make", "replay"), ("use", "replay")]));
+    let why = p.explain("use");
     assert!(why.contains("state replay") && why.contains("as the replay of `make` will leave them"), "{why}");
     // And `run --locked` does exactly that, with no agent.
     let done = p.run(&["--locked"]).exec();
@@ -557,7 +540,7 @@ fn plan_predicts_a_replay_chain_as_run_does_it() {
     assert_eq!(calls_sorted(&p), strings(&["make", "use"]));
     assert_eq!(p.read("out/use.txt"), "Write the use.\n");
     assert_eq!(p.read("cassist.lock"), lock);
-    assert_eq!(plan_states(&p), states(&[("make", "up-to-date"), ("use", "up-to-date")]));
+    assert_eq!(p.plan_states(), states(&[("make", "up-to-date"), ("use", "up-to-date")]));
 }
 
 // ---------------------------------------------------------------------------
@@ -570,8 +553,8 @@ fn a_store_entry_for_the_current_inputs_is_replayed_and_its_lock_line_written_ag
     let lock = p.read("cassist.lock");
     restore_outputs(&p);
     std::fs::remove_file(p.path().join("cassist.lock")).unwrap();
-    assert_eq!(plan_states(&p), all("replay"), "the store holds a run of each task's inputs");
-    let why = explain(&p, "top");
+    assert_eq!(p.plan_states(), all("replay"), "the store holds a run of each task's inputs");
+    let why = p.explain("top");
     assert!(why.contains("the store holds a run of these inputs that cassist.lock does not record"), "{why}");
 
     // `--locked` trusts the lock only: these would need an agent.
@@ -593,7 +576,7 @@ fn a_store_entry_for_the_current_inputs_is_replayed_and_its_lock_line_written_ag
     assert_eq!(calls(&p).len(), 4);
     p.edit("tasks/t.kdl", "Write the other, again.", "Write the other.");
     p.file("out/other.txt", "todo\n");
-    assert_eq!(plan_states(&p)["other"], "replay");
+    assert_eq!(p.plan_states()["other"], "replay");
     let done = p.run(&[]).exec();
     assert_eq!(done.states()["other"], "replayed", "{}", done.transcript());
     assert_eq!(p.read("out/other.txt"), "Write the other.\n");
@@ -644,8 +627,8 @@ fn a_corrupt_or_missing_object_or_a_garbage_entry_is_warned_about_and_the_task_r
     assert!(said.contains(&other_said), "{}", plan.transcript());
     assert!(said.contains("the task runs as if there were none"), "{said}");
     // `top` depends on `base`, which runs: a new input for it too.
-    assert_eq!(plan_states(&p), all("run"));
-    assert!(explain(&p, "base").contains("is corrupt"), "{}", explain(&p, "base"));
+    assert_eq!(p.plan_states(), all("run"));
+    assert!(p.explain("base").contains("is corrupt"), "{}", p.explain("base"));
 
     // `--locked`: exit 3, each task named with why; nothing written.
     let done = p.run(&["--locked"]).status(3).exec();
@@ -663,7 +646,7 @@ fn a_corrupt_or_missing_object_or_a_garbage_entry_is_warned_about_and_the_task_r
     assert_consistent(&p, &ALL);
     assert_all_up_to_date(&p);
     restore_outputs(&p);
-    assert_eq!(plan_states(&p), all("replay"), "the objects were written again");
+    assert_eq!(p.plan_states(), all("replay"), "the objects were written again");
     let plan = p.cassist(&["plan"]).exec();
     assert!(!plan.stderr.contains("cannot be used"), "{}", plan.transcript());
 
@@ -686,8 +669,8 @@ fn a_changed_goal_runs_that_task_again_and_only_it() {
     let p = project();
     first_run(&p);
     p.edit("tasks/t.kdl", "Write the other.", "Write the other, again.");
-    assert!(explain(&p, "other").contains("goal changed"), "{}", explain(&p, "other"));
-    assert_eq!(plan_states(&p), states(&[("base", "up-to-date"), ("other", "run"), ("top", "up-to-date")]));
+    assert!(p.explain("other").contains("goal changed"), "{}", p.explain("other"));
+    assert_eq!(p.plan_states(), states(&[("base", "up-to-date"), ("other", "run"), ("top", "up-to-date")]));
 
     let done = p.run(&[]).exec();
     assert_eq!(done.states(), states(&[("base", "up-to-date"), ("other", "passed"), ("top", "up-to-date")]));
@@ -702,7 +685,7 @@ fn one_byte_of_a_context_file_runs_that_task_again_and_only_it() {
     let p = project();
     first_run(&p);
     p.file("src/z.py", "print('Z')\n");
-    let why = explain(&p, "other");
+    let why = p.explain("other");
     assert!(why.contains("src/z.py changed"), "{why}");
     assert!(!why.contains("goal changed"), "{why}");
 
@@ -719,7 +702,7 @@ fn a_changed_template_runs_every_task_again() {
     first_run(&p);
     p.file("prompt.md", format!("{TEMPLATE}\n"));
     for t in ALL {
-        let why = explain(&p, t);
+        let why = p.explain(t);
         assert!(why.contains("template changed"), "{t}: {why}");
     }
     let done = p.run(&[]).exec();
@@ -733,11 +716,11 @@ fn a_dependencys_new_output_runs_its_dependents_again() {
     let p = project();
     first_run(&p);
     p.edit("tasks/t.kdl", "Write the base.", "Write the base, version two.");
-    assert!(explain(&p, "base").contains("goal changed"));
-    let why = explain(&p, "top");
+    assert!(p.explain("base").contains("goal changed"));
+    let why = p.explain("top");
     assert!(why.contains("dependency base changed"), "{why}");
     assert!(!why.contains("goal changed"), "{why}");
-    assert_eq!(plan_states(&p), states(&[("base", "run"), ("other", "up-to-date"), ("top", "run")]));
+    assert_eq!(p.plan_states(), states(&[("base", "run"), ("other", "up-to-date"), ("top", "run")]));
 
     let done = p.run(&[]).exec();
     assert_eq!(done.states(), states(&[("base", "passed"), ("other", "up-to-date"), ("top", "passed")]));
@@ -751,8 +734,8 @@ fn a_dependencys_new_output_runs_its_dependents_again() {
     p.edit("tasks/t.kdl", "Write the base, version two.", "Write the base, version three.");
     let done = p.run(&["--filter", "base"]).exec();
     assert_eq!(done.states(), states(&[("base", "passed")]));
-    assert_eq!(plan_states(&p), states(&[("base", "up-to-date"), ("other", "up-to-date"), ("top", "run")]));
-    let why = explain(&p, "top");
+    assert_eq!(p.plan_states(), states(&[("base", "up-to-date"), ("other", "up-to-date"), ("top", "run")]));
+    let why = p.explain("top");
     assert!(why.contains("dependency base changed"), "{why}");
 }
 
@@ -762,7 +745,7 @@ fn reformatting_the_kdl_runs_nothing() {
     first_run(&p);
     p.file("tasks/t.kdl", TASKS_REFORMATTED);
     p.file("cassist.kdl", format!("// the project\n{}", config(&p, "\n// a comment\n")));
-    assert_eq!(plan_states(&p), all("up-to-date"), "{}", p.cassist(&["plan"]).exec().stdout);
+    assert_eq!(p.plan_states(), all("up-to-date"), "{}", p.cassist(&["plan"]).exec().stdout);
     assert_all_up_to_date(&p);
     assert_consistent(&p, &ALL);
 }
@@ -839,10 +822,10 @@ fn no_cache_calls_the_agent() {
 #[test]
 fn explain_names_the_change() {
     let p = project();
-    let why = explain(&p, "base");
+    let why = p.explain("base");
     assert!(why.contains("state run") && why.contains("never run"), "{why}");
     first_run(&p);
-    let why = explain(&p, "base");
+    let why = p.explain("base");
     assert!(why.contains("state up-to-date") && why.contains("unchanged since it was recorded"), "{why}");
     assert!(!why.contains(" changed\n"), "{why}");
 
@@ -855,16 +838,16 @@ fn explain_names_the_change() {
     ];
     for (file, from, to, task, reason) in cases {
         p.edit(file, from, to);
-        let why = explain(&p, task);
+        let why = p.explain(task);
         assert!(why.contains("state run"), "{file}: {why}");
         assert!(why.contains(&format!("\n  {reason}\n")), "{file}: `{task}` should say {reason:?}:\n{why}");
         assert!(why.contains("changed"), "{why}");
         p.edit(file, to, from);
-        assert!(explain(&p, task).contains("state up-to-date"));
+        assert!(p.explain(task).contains("state up-to-date"));
     }
     // The table marks the changed input.
     p.file("src/y.py", "print('Y')\n");
-    let why = explain(&p, "top");
+    let why = p.explain("top");
     let row = why.lines().find(|l| l.contains("src/y.py")).unwrap_or_else(|| panic!("no src/y.py row:\n{why}"));
     assert!(row.ends_with("changed"), "{row}");
     let row = why.lines().find(|l| l.contains("out/top.txt")).unwrap();
@@ -881,8 +864,8 @@ fn a_changed_model_runs_that_task_again_and_explain_names_it() {
     assert!(json["tasks"].as_array().unwrap().iter().all(|t| t["state"] == "run"), "{json}");
     // A task's own model: that task only (nothing depends on `other`).
     p.edit("tasks/t.kdl", "goal \"Write the other.\"", "goal \"Write the other.\"\n    model \"m-big\"");
-    assert_eq!(plan_states(&p), states(&[("base", "up-to-date"), ("other", "run"), ("top", "up-to-date")]));
-    let why = explain(&p, "other");
+    assert_eq!(p.plan_states(), states(&[("base", "up-to-date"), ("other", "run"), ("top", "up-to-date")]));
+    let why = p.explain("other");
     assert!(why.contains("\n  model default → m-big\n"), "{why}");
     let row = why.lines().find(|l| l.starts_with("model ")).unwrap_or_else(|| panic!("no model row:\n{why}"));
     assert!(row.contains("m-big") && row.ends_with("new"), "{row}");
@@ -892,16 +875,16 @@ fn a_changed_model_runs_that_task_again_and_explain_names_it() {
     assert_eq!(calls(&p).len(), 4);
     // From one model to another, and back to the CLI's default.
     p.edit("tasks/t.kdl", "model \"m-big\"", "model \"m-bigger\"");
-    assert!(explain(&p, "other").contains("\n  model m-big → m-bigger\n"), "{}", explain(&p, "other"));
+    assert!(p.explain("other").contains("\n  model m-big → m-bigger\n"), "{}", p.explain("other"));
     // Back to the CLI's default, with the tree as the run of the default
     // left it: the store knows that after-state.
     p.edit("tasks/t.kdl", "\n    model \"m-bigger\"", "");
-    assert_eq!(plan_states(&p)["other"], "up-to-date");
-    assert!(explain(&p, "other").contains("its inputs are as a stored run left them"), "{}", explain(&p, "other"));
+    assert_eq!(p.plan_states()["other"], "up-to-date");
+    assert!(p.explain("other").contains("its inputs are as a stored run left them"), "{}", p.explain("other"));
     // With another output, it is not: the model change is what explain
     // names.
     p.file("out/other.txt", "Written by hand.\n");
-    assert!(explain(&p, "other").contains("\n  model m-big → default\n"), "{}", explain(&p, "other"));
+    assert!(p.explain("other").contains("\n  model m-big → default\n"), "{}", p.explain("other"));
 }
 
 // ---------------------------------------------------------------------------
@@ -932,20 +915,20 @@ fn a_changed_test_or_build_command_runs_only_the_tasks_that_run_it() {
     assert_eq!(done.states(), passed, "{}", done.transcript());
     assert_eq!(p.read("out.txt"), "written\n");
     let up_to_date = states(&[("check", "up-to-date"), ("look", "up-to-date"), ("write", "up-to-date")]);
-    assert_eq!(plan_states(&p), up_to_date);
+    assert_eq!(p.plan_states(), up_to_date);
     // The code task runs the tests and the build; the explore and review
     // tasks run neither.
     let code_only = states(&[("check", "up-to-date"), ("look", "up-to-date"), ("write", "run")]);
     for (from, to) in [("test \"true\"", "test \"true && true\""), ("build \"true\"", "build \"true && true\"")] {
         p.edit("cassist.kdl", from, to);
-        assert_eq!(plan_states(&p), code_only, "{to}");
-        let why = explain(&p, "write");
+        assert_eq!(p.plan_states(), code_only, "{to}");
+        let why = p.explain("write");
         assert!(why.contains("project config (setup, test, build commands or limits) changed"), "{why}");
         p.edit("cassist.kdl", to, from);
     }
     // `setup` runs for every task.
     p.edit("cassist.kdl", "setup \"true\"", "setup \"true && true\"");
-    assert_eq!(plan_states(&p), states(&[("check", "run"), ("look", "run"), ("write", "run")]));
+    assert_eq!(p.plan_states(), states(&[("check", "run"), ("look", "run"), ("write", "run")]));
     p.edit("cassist.kdl", "setup \"true && true\"", "setup \"true\"");
     // And `run` agrees with `plan`.
     p.edit("cassist.kdl", "test \"true\"", "test \"true && true\"");
@@ -1130,10 +1113,10 @@ fn cache_ls_gc_and_clean() {
     restore_outputs(&p);
     // `other`'s output, put back to `todo`, is no longer what its run
     // started from: the user's, left as it is.
-    assert_eq!(plan_states(&p), states(&[("base", "run"), ("other", "up-to-date"), ("top", "run")]));
-    let why = explain(&p, "base");
+    assert_eq!(p.plan_states(), states(&[("base", "run"), ("other", "up-to-date"), ("top", "run")]));
+    let why = p.explain("base");
     assert!(why.contains("the store holds no record"), "{why}");
-    assert!(explain(&p, "other").contains("output edited: out/other.txt"), "{}", explain(&p, "other"));
+    assert!(p.explain("other").contains("output edited: out/other.txt"), "{}", p.explain("other"));
     let done = p.run(&[]).exec();
     assert_eq!(done.states(), states(&[("base", "passed"), ("other", "up-to-date"), ("top", "passed")]));
     assert_eq!(calls(&p).len(), 6);

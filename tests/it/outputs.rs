@@ -1,4 +1,4 @@
-//! What a task's outputs decide (SPEC 4, the states table): a user's edit
+//! What a task's outputs decide (the states table of the README's cache section): a user's edit
 //! of an output is kept and said, never rewritten; a created output that
 //! is missing, or every output back at its base, is written again by a
 //! replay, if the stored change merges into the tree as it is; a replay
@@ -66,22 +66,6 @@ fn calls(p: &Project) -> Vec<String> {
     }
 }
 
-/// `cassist plan --json`: each task's state.
-fn plan_states(p: &Project) -> std::collections::BTreeMap<String, String> {
-    let json = p.cassist(&["plan", "--json"]).exec().json();
-    json["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| (t["name"].as_str().unwrap().to_owned(), t["state"].as_str().unwrap().to_owned()))
-        .collect()
-}
-
-#[track_caller]
-fn explain(p: &Project, task: &str) -> String {
-    p.cassist(&["explain", task]).exec().stdout
-}
-
 /// `git add -A && git commit`: the user commits what cassist wrote.
 fn commit(p: &Project) {
     p.git(&["add", "-A"]);
@@ -133,10 +117,10 @@ fn edit_then_delete(p: &Project) {
     p.file("out.txt", "generated 1\nedited by hand\n");
     let edited = tree(p);
 
-    assert_eq!(plan_states(p), states(&[("gen", "up-to-date")]));
+    assert_eq!(p.plan_states(), states(&[("gen", "up-to-date")]));
     let plan = p.cassist(&["plan"]).exec();
     assert!(plan.stdout.contains("\ngen: output edited: out.txt\n"), "{}", plan.transcript());
-    let why = explain(p, "gen");
+    let why = p.explain("gen");
     assert!(why.contains("state up-to-date\n  output edited: out.txt\n"), "{why}");
     let done = p.run(&[]).exec();
     assert_eq!(done.code(), 0);
@@ -148,14 +132,14 @@ fn edit_then_delete(p: &Project) {
     assert_eq!(calls(p), ["gen"]);
 
     std::fs::remove_file(p.path().join("out.txt")).unwrap();
-    assert_eq!(plan_states(p), states(&[("gen", "replay")]));
+    assert_eq!(p.plan_states(), states(&[("gen", "replay")]));
     let done = p.run(&[]).exec();
     assert_eq!(done.code(), 0);
     assert_eq!(done.states(), states(&[("gen", "replayed")]), "{}", done.transcript());
     assert_same_tree(&tree(p), &with(&edited, "out.txt", GENERATED), "after the replay");
     assert_eq!(p.read("cassist.lock"), lock);
     assert_eq!(calls(p), ["gen"], "a replay called the agent");
-    assert_eq!(plan_states(p), states(&[("gen", "up-to-date")]));
+    assert_eq!(p.plan_states(), states(&[("gen", "up-to-date")]));
 }
 
 // ---------------------------------------------------------------------------
@@ -196,8 +180,8 @@ fn an_output_put_back_at_its_base_is_replayed_and_one_deleted_is_kept() {
 
     p.git(&["checkout", "HEAD~1", "--", "notes.txt"]);
     assert_eq!(p.read("notes.txt"), "a\nb\nc\n");
-    assert_eq!(plan_states(&p), states(&[("edit", "replay")]));
-    assert!(explain(&p, "edit").contains("every output is back as it was before the run"), "{}", explain(&p, "edit"));
+    assert_eq!(p.plan_states(), states(&[("edit", "replay")]));
+    assert!(p.explain("edit").contains("every output is back as it was before the run"), "{}", p.explain("edit"));
     let reverted = tree(&p);
     let done = p.run(&[]).exec();
     assert_eq!(done.states(), states(&[("edit", "replayed")]), "{}", done.transcript());
@@ -208,7 +192,7 @@ fn an_output_put_back_at_its_base_is_replayed_and_one_deleted_is_kept() {
     // Deleted: the user's, kept.
     std::fs::remove_file(p.path().join("notes.txt")).unwrap();
     let deleted = tree(&p);
-    assert_eq!(plan_states(&p), states(&[("edit", "up-to-date")]));
+    assert_eq!(p.plan_states(), states(&[("edit", "up-to-date")]));
     let done = p.run(&[]).exec();
     assert_eq!(done.states(), states(&[("edit", "up-to-date")]), "{}", done.transcript());
     assert!(done.stdout.contains("edit up-to-date (output deleted: notes.txt, kept)"), "{}", done.transcript());
@@ -237,8 +221,8 @@ fn a_replay_that_would_conflict_is_run_and_the_users_line_kept() {
     p.file("notes.txt", "a\nmine\nc\n");
     let plan = p.cassist(&["plan"]).exec();
     assert!(plan.stdout.contains("\nedit: replay would conflict: notes.txt\n"), "{}", plan.transcript());
-    assert_eq!(plan_states(&p), states(&[("edit", "run"), ("touch", "run")]));
-    let why = explain(&p, "edit");
+    assert_eq!(p.plan_states(), states(&[("edit", "run"), ("touch", "run")]));
+    let why = p.explain("edit");
     assert!(why.contains("state run\n  replay would conflict: notes.txt\n"), "{why}");
     // `--locked` names it and writes nothing.
     let before = tree(&p);
@@ -252,7 +236,7 @@ fn a_replay_that_would_conflict_is_run_and_the_users_line_kept() {
     assert_eq!(p.read("notes.txt"), "a\nmine (reviewed)\nc\n");
     let after = with(&with(&before, "notes.txt", "a\nmine (reviewed)\nc\n"), "src.txt", "source\ntouched\n");
     assert_same_tree(&tree(&p), &with(&after, "cassist.lock", &p.read("cassist.lock")), "after the run");
-    assert_eq!(plan_states(&p), states(&[("edit", "up-to-date"), ("touch", "up-to-date")]));
+    assert_eq!(p.plan_states(), states(&[("edit", "up-to-date"), ("touch", "up-to-date")]));
 }
 
 // ---------------------------------------------------------------------------
@@ -270,7 +254,7 @@ fn a_lock_of_the_previous_format_still_plans_up_to_date() {
     assert_ne!(old, lock);
     assert!(old.contains("    outputs \""), "{old}");
     p.file("cassist.lock", &old);
-    assert_eq!(plan_states(&p), states(&[("gen", "up-to-date")]));
+    assert_eq!(p.plan_states(), states(&[("gen", "up-to-date")]));
     let done = p.run(&[]).exec();
     assert_eq!(done.states(), states(&[("gen", "up-to-date")]), "{}", done.transcript());
     assert_eq!(p.read("cassist.lock"), old, "an up-to-date run leaves an older lock as it is");
@@ -292,11 +276,11 @@ fn a_clone_without_the_store_decides_from_the_lock() {
     gen_ran(&p);
     std::fs::remove_dir_all(p.path().join(".cassist")).unwrap();
     p.file("out.txt", "mine\n");
-    assert_eq!(plan_states(&p), states(&[("gen", "up-to-date")]));
-    assert!(explain(&p, "gen").contains("output edited: out.txt"), "{}", explain(&p, "gen"));
+    assert_eq!(p.plan_states(), states(&[("gen", "up-to-date")]));
+    assert!(p.explain("gen").contains("output edited: out.txt"), "{}", p.explain("gen"));
     std::fs::remove_file(p.path().join("out.txt")).unwrap();
-    assert_eq!(plan_states(&p), states(&[("gen", "run")]));
-    let why = explain(&p, "gen");
+    assert_eq!(p.plan_states(), states(&[("gen", "run")]));
+    let why = p.explain("gen");
     assert!(
         why.contains("output out.txt deleted (the task created it)") && why.contains("the store holds no record"),
         "{why}"
@@ -339,15 +323,15 @@ fn after_a_locked_replay_the_task_is_up_to_date() {
     to.put_entry(&from.read_entry(&lock.tasks["other"].before).unwrap().unwrap()).unwrap();
     to.put_fetched_entry(&from.read_entry(&gen_line.before).unwrap().unwrap(), "cassist-ed25519:test").unwrap();
     let b = b.with_env("COUNT_DIR", &a.out().join("count").display().to_string());
-    assert_eq!(plan_states(&b), states(&[("gen", "replay"), ("other", "replay")]));
+    assert_eq!(b.plan_states(), states(&[("gen", "replay"), ("other", "replay")]));
 
     let done = b.run(&["--locked"]).exec();
     assert_eq!(done.states(), states(&[("gen", "replayed"), ("other", "replayed")]), "{}", done.transcript());
     assert_eq!(b.read("out.txt"), GENERATED);
     assert_eq!(b.read("other.md"), "other\n");
     assert_eq!(b.read("cassist.lock"), committed, "--locked wrote the lock");
-    assert_eq!(plan_states(&b), states(&[("gen", "up-to-date"), ("other", "up-to-date")]));
-    assert!(explain(&b, "gen").contains("its inputs are as a stored run left them"), "{}", explain(&b, "gen"));
+    assert_eq!(b.plan_states(), states(&[("gen", "up-to-date"), ("other", "up-to-date")]));
+    assert!(b.explain("gen").contains("its inputs are as a stored run left them"), "{}", b.explain("gen"));
     let replayed = tree(&b);
     let done = b.run(&["--locked"]).exec();
     assert_eq!(done.states(), states(&[("gen", "up-to-date"), ("other", "up-to-date")]), "{}", done.transcript());

@@ -1,4 +1,4 @@
-//! Every replay is reviewed, merged and accepted (issue 23): a stored
+//! Every replay is reviewed, merged and accepted: a stored
 //! change is trusted no more than an agent's. A local store entry edited
 //! by hand (out of its task's scope, adding a dependency, no longer what
 //! `cassist.lock` records) or that does not parse is refused with one

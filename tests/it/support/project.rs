@@ -367,6 +367,23 @@ impl Project {
         cmd
     }
 
+    /// `cassist plan --json`: each task's state, by name.
+    pub fn plan_states(&self) -> std::collections::BTreeMap<String, String> {
+        let json = self.cassist(&["plan", "--json"]).exec().json();
+        json["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["name"].as_str().unwrap().to_owned(), t["state"].as_str().unwrap().to_owned()))
+            .collect()
+    }
+
+    /// `cassist explain TASK`, which must succeed: its output.
+    #[track_caller]
+    pub fn explain(&self, task: &str) -> String {
+        self.cassist(&["explain", task]).exec().stdout
+    }
+
     pub fn report_path(&self) -> PathBuf {
         self.out().join("report.json")
     }
