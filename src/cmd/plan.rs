@@ -58,7 +58,9 @@ pub fn run(cwd: &Path, args: &TaskArgs, json: bool, out: &Output) -> Result {
     for (i, t) in plan.tasks.iter().enumerate() {
         let state = match t.state {
             cassist_core::plan::State::UpToDate => out.green(t.shown_state()),
-            cassist_core::plan::State::Replay => out.yellow(t.shown_state()),
+            cassist_core::plan::State::Replay
+            | cassist_core::plan::State::Verify
+            | cassist_core::plan::State::Stale => out.yellow(t.shown_state()),
             cassist_core::plan::State::Run => out.bold(t.shown_state()),
         };
         table.row(vec![

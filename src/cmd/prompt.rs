@@ -29,7 +29,10 @@ pub fn run(cwd: &Path, name: &str, args: &TaskArgs, out: &Output) -> Result {
 fn findings(plan: &Plan, d: &PlannedTask) -> Option<String> {
     let name = &d.task.name;
     let entry = match d.state {
-        State::UpToDate => plan.lock.tasks.get(name).and_then(|l| plan.store.get_entry(&l.before)),
+        // A stale task's recorded findings stand until it runs again.
+        State::UpToDate | State::Stale | State::Verify => {
+            plan.lock.tasks.get(name).and_then(|l| plan.store.get_entry(&l.before))
+        }
         State::Replay => d.cached.entry.as_deref().and_then(|k| plan.store.get_entry(k)),
         State::Run => None,
     };

@@ -20,7 +20,10 @@ impl<'a> RunReport<'a> {
         let tasks: Vec<&TaskReport> = ends.iter().map(|e| &e.report).collect();
         let count = |s: &[TaskState]| tasks.iter().filter(|t| s.contains(&t.state)).count();
         let (passed, failed) = (count(&[TaskState::Passed]), count(&[TaskState::Failed]));
-        let (blocked, cached) = (count(&[TaskState::Blocked]), count(&[TaskState::UpToDate, TaskState::Replayed]));
+        let (blocked, cached) = (
+            count(&[TaskState::Blocked]),
+            count(&[TaskState::UpToDate, TaskState::Replayed, TaskState::Verified, TaskState::Stale]),
+        );
         RunReport { tasks, passed, failed, blocked, cached }
     }
 }

@@ -43,7 +43,9 @@ fn test_case(end: &TaskEnd) -> TestCase {
             status.set_message(xml_text(r.reason.as_deref().unwrap_or("skipped")));
             status
         }
-        TaskState::Passed | TaskState::UpToDate | TaskState::Replayed => TestCaseStatus::success(),
+        TaskState::Passed | TaskState::UpToDate | TaskState::Replayed | TaskState::Verified | TaskState::Stale => {
+            TestCaseStatus::success()
+        }
     };
     let mut case = TestCase::new(r.name.as_str(), status);
     case.set_classname(classname(&end.location.file)).set_time(Duration::from_millis(r.duration_ms));

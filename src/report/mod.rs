@@ -124,7 +124,9 @@ impl Output {
     pub fn state(&self, state: cassist_core::event::TaskState) -> String {
         use cassist_core::event::TaskState;
         match state {
-            TaskState::Passed | TaskState::UpToDate | TaskState::Replayed => self.green(state.as_str()),
+            TaskState::Passed | TaskState::UpToDate | TaskState::Replayed | TaskState::Verified | TaskState::Stale => {
+                self.green(state.as_str())
+            }
             TaskState::Skipped => self.yellow(state.as_str()),
             TaskState::Failed | TaskState::Blocked => self.red(state.as_str()),
         }

@@ -312,7 +312,7 @@ impl Screen {
         self.done += 1;
         match r.state {
             TaskState::Passed => self.passed += 1,
-            TaskState::UpToDate | TaskState::Replayed => self.cached += 1,
+            TaskState::UpToDate | TaskState::Replayed | TaskState::Verified | TaskState::Stale => self.cached += 1,
             TaskState::Failed | TaskState::Blocked => self.failed += 1,
             TaskState::Skipped => {}
         }

@@ -75,6 +75,7 @@ fn earlier_lock() -> String {
         agent: "good".into(),
         agent_version: None,
         date: "2026-11-30T12:00:00Z".into(),
+        ..LockEntry::default()
     };
     Lock { tasks: BTreeMap::from([("earlier".to_owned(), entry)]) }.render()
 }

@@ -18,6 +18,12 @@ pub enum TaskState {
     Passed,
     UpToDate,
     Replayed,
+    /// Its recorded change was re-verified by its acceptance commands on
+    /// the tree as it is (no agent): up to date.
+    Verified,
+    /// An explore/review task whose files changed: its recorded findings
+    /// stand.
+    Stale,
     Failed,
     Blocked,
     Skipped,
@@ -29,6 +35,8 @@ impl TaskState {
             TaskState::Passed => "passed",
             TaskState::UpToDate => "up-to-date",
             TaskState::Replayed => "replayed",
+            TaskState::Verified => "verified",
+            TaskState::Stale => "stale",
             TaskState::Failed => "failed",
             TaskState::Blocked => "blocked",
             TaskState::Skipped => "skipped",
@@ -36,7 +44,10 @@ impl TaskState {
     }
 
     pub fn is_success(self) -> bool {
-        matches!(self, TaskState::Passed | TaskState::UpToDate | TaskState::Replayed)
+        matches!(
+            self,
+            TaskState::Passed | TaskState::UpToDate | TaskState::Replayed | TaskState::Verified | TaskState::Stale
+        )
     }
 
     /// Failed or blocked: the task makes the run fail.

@@ -9,6 +9,8 @@
 //! task "add-slugify" {
 //!     before "<input hash before the run>"
 //!     after "<input hash of the project the run left>"
+//!     recipe "<hash of what the task asks, its files' contents aside>"
+//!     dependencies "<hash of its dependencies' outputs it ran with>"
 //!     outputs "<hash of the task's outputs in the project the run left>"
 //!     output "src/new.py" "<content hash>" created=#true
 //!     output "src/old.py" "<content hash>"
@@ -21,7 +23,16 @@
 //!
 //! `before` and `after` are input hashes ([`crate::plan::hash`]): the
 //! task's inputs before its recorded run, and as the run left the project
-//! (a later task of the same run may have changed them). `outputs` is the
+//! (a later task of the same run may have changed them). `recipe` is the
+//! hash of what the task asks, without what the tree and the machine
+//! bring: everything of the input hash but the contents of the files it
+//! reads (context, reference, standing instructions), its dependencies'
+//! outputs, the agent's version and the limits that bound a run (timeout,
+//! max-iterations, max-cost). `dependencies` (only for a task that has
+//! some) is the hash of the outputs of its dependencies it ran with. When
+//! both are as recorded but its files changed, the task is re-verified by
+//! its acceptance commands rather than run again
+//! ([`crate::plan::state`]). `outputs` is the
 //! rest of the after-state: blake3 over the sorted paths the task's patch
 //! wrote or deleted, each with its content hash as the run left the tree
 //! (absent for a deleted path; see [`crate::plan::state::outputs_hash`]).
@@ -43,10 +54,19 @@ pub const LOCK_FILE: &str = "cassist.lock";
 const VERSION: i128 = 1;
 
 /// One task's record.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LockEntry {
     pub before: String,
     pub after: String,
+    /// What the task asks, its files' contents, dependencies' outputs,
+    /// agent version and run limits aside (`None`: a line of an older
+    /// cassist, which is never re-verified).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<String>,
+    /// The outputs of its dependencies it ran with (`None`: it has none,
+    /// or an older cassist wrote the line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependencies: Option<String>,
     /// The task's outputs as the run left them (`None`: a line written by
     /// an older cassist, checked on inputs only).
     pub outputs: Option<String>,
@@ -175,6 +195,8 @@ impl Lock {
                         LockEntry {
                             before: field("before")?,
                             after: field("after")?,
+                            recipe: get("recipe"),
+                            dependencies: get("dependencies"),
                             outputs: get("outputs"),
                             output_files,
                             patch: field("patch")?,
@@ -213,6 +235,12 @@ impl Lock {
             out.push_str(" {\n");
             field(&mut out, "before", &e.before);
             field(&mut out, "after", &e.after);
+            if let Some(r) = &e.recipe {
+                field(&mut out, "recipe", r);
+            }
+            if let Some(d) = &e.dependencies {
+                field(&mut out, "dependencies", d);
+            }
             if let Some(o) = &e.outputs {
                 field(&mut out, "outputs", o);
             }
@@ -297,16 +325,23 @@ fn parse_own_format(text: &str) -> Option<Lock> {
                 };
                 let before = field("before")?;
                 let after = field("after")?;
-                // `outputs` is optional (older lines have none).
+                // `recipe`, `dependencies` and `outputs` are optional
+                // (older lines have none).
                 let mut next = lines.next()?;
-                let outputs = match next.strip_prefix("    outputs ") {
-                    Some(v) => {
-                        let v = unquote(v)?;
-                        next = lines.next()?;
-                        Some(v)
+                let mut optional = |key: &str| -> Option<Option<String>> {
+                    match next.strip_prefix("    ").and_then(|r| r.strip_prefix(key)).and_then(|r| r.strip_prefix(' '))
+                    {
+                        Some(v) => {
+                            let v = unquote(v)?;
+                            next = lines.next()?;
+                            Some(Some(v))
+                        }
+                        None => Some(None),
                     }
-                    None => None,
                 };
+                let recipe = optional("recipe")?;
+                let dependencies = optional("dependencies")?;
+                let outputs = optional("outputs")?;
                 // Then each output, sorted (none in older lines).
                 let mut output_files = BTreeMap::new();
                 while let Some(rest) = next.strip_prefix("    output ") {
@@ -329,7 +364,18 @@ fn parse_own_format(text: &str) -> Option<Lock> {
                 }
                 lock.tasks.insert(
                     name,
-                    LockEntry { before, after, outputs, output_files, patch, agent, agent_version, date },
+                    LockEntry {
+                        before,
+                        after,
+                        recipe,
+                        dependencies,
+                        outputs,
+                        output_files,
+                        patch,
+                        agent,
+                        agent_version,
+                        date,
+                    },
                 );
             }
         }
@@ -470,6 +516,8 @@ mod tests {
         LockEntry {
             before: format!("{n}b"),
             after: format!("{n}a"),
+            recipe: Some(format!("{n}r")),
+            dependencies: (n % 2 == 0).then(|| format!("{n}d")),
             outputs: Some(format!("{n}o")),
             output_files: BTreeMap::from([
                 (format!("{n}/new.txt"), LockedOutput { hash: Some(format!("{n}h")), created: true }),
@@ -501,6 +549,7 @@ mod tests {
         lock.tasks.insert("a \"quoted\" \\ name\tx\u{1}".into(), entry(1));
         lock.tasks.insert("b".into(), LockEntry { agent_version: None, ..entry(2) });
         lock.tasks.insert("c".into(), LockEntry { outputs: None, output_files: BTreeMap::new(), ..entry(3) });
+        lock.tasks.insert("e".into(), LockEntry { recipe: None, dependencies: None, ..entry(5) });
         // Paths that look like the rest of an `output` line.
         let tricky = BTreeMap::from([
             ("a\" created=#true".to_owned(), LockedOutput { hash: Some("h".into()), created: false }),
@@ -513,7 +562,7 @@ mod tests {
         // The KDL path reads the same file the same way.
         let mut doc_only = Lock::default();
         let kdl = KdlDocument::parse_v2(&text).unwrap();
-        assert_eq!(kdl.nodes().len(), 5);
+        assert_eq!(kdl.nodes().len(), 6);
         doc_only.tasks = lock.tasks.clone();
         assert_eq!(Lock::parse(&text).unwrap(), doc_only);
         // A hand-edited file (other spacing) still parses, through KDL.
@@ -532,6 +581,24 @@ mod tests {
         // Written back unchanged: no `outputs` line is made up.
         assert_eq!(Lock::parse(&lock.render()).unwrap(), lock);
         assert!(!lock.render().contains("outputs"));
+        assert!(!lock.render().contains("recipe") && !lock.render().contains("dependencies"));
+    }
+
+    #[test]
+    fn the_recipe_and_dependencies_go_between_after_and_outputs() {
+        let mut lock = Lock::default();
+        lock.tasks.insert("t".into(), entry(2));
+        let text = lock.render();
+        assert!(
+            text.contains("    after \"2a\"\n    recipe \"2r\"\n    dependencies \"2d\"\n    outputs \"2o\"\n"),
+            "{text}"
+        );
+        assert_eq!(parse_own_format(&text), Some(lock.clone()));
+        // A recipe without dependencies (a task that has none).
+        lock.tasks.insert("t".into(), entry(1));
+        let text = lock.render();
+        assert!(text.contains("    recipe \"1r\"\n    outputs \"1o\"\n"), "{text}");
+        assert_eq!(parse_own_format(&text), Some(lock));
     }
 
     #[test]

@@ -59,6 +59,12 @@ pub struct Entry {
     /// The key of the state the project was left in (after the run).
     #[serde(default)]
     pub after_key: Option<serde_json::Value>,
+    /// The task's recipe and its dependencies' outputs at the run, as its
+    /// lock line records them (`None` in an older cassist's entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependencies: Option<String>,
     /// The task's outputs as the run left the tree: each path its patch
     /// wrote or deleted, with its content hash then (`None`: absent). The
     /// lock's `outputs` is their hash; `explain` names the ones that differ.
@@ -720,6 +726,8 @@ mod tests {
             changes,
             key: serde_json::json!({}),
             after_key: None,
+            recipe: None,
+            dependencies: None,
             outputs: None,
             agent: "demo".into(),
             agent_version: None,

@@ -460,9 +460,21 @@ impl Schedule<'_> {
         }
         match t.state {
             State::UpToDate => Start::Done(Box::new(up_to_date(runner, t, &self.lock, &self.shown))),
+            // Its recorded findings stand.
+            State::Stale => {
+                let mut end = up_to_date(runner, t, &self.lock, &self.shown);
+                end.report.state = TaskState::Stale;
+                Start::Done(Box::new(end))
+            }
             // Started above; never reached.
             State::Replay => Start::Done(Box::new(t.end().ended(TaskState::Failed, "internal error: replay"))),
-            State::Run if self.opts.locked => {
+            // Until verifications run: the agent.
+            State::Verify if !self.opts.locked => {
+                let summaries = self.dependency_summaries(t);
+                let split = recorded().map(|e| e.split).unwrap_or_default();
+                Start::Spawn(Box::new(move |runner, t| runner.run_task(t, &summaries, &split)))
+            }
+            State::Run | State::Verify if self.opts.locked => {
                 let why = cassist_core::plan::why::why(&runner.plan, t);
                 Start::Done(Box::new(t.skipped(format!("--locked: an agent would be needed ({})", why.join("; ")))))
             }
@@ -471,7 +483,7 @@ impl Schedule<'_> {
                 runner.max_cost.unwrap_or_default(),
                 runner.spent_usd()
             )))),
-            State::Run => {
+            State::Run | State::Verify => {
                 let summaries = self.dependency_summaries(t);
                 // A task that had to be split last time starts split.
                 let split = recorded().map(|e| e.split).unwrap_or_default();

@@ -56,6 +56,8 @@ fn line(task: &str) -> LockLine {
     let entry = LockEntry {
         before: format!("{task}-before"),
         after: format!("{task}-after"),
+        recipe: None,
+        dependencies: None,
         outputs: None,
         output_files: Default::default(),
         patch: "p".into(),

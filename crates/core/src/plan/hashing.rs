@@ -127,7 +127,10 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
             overlay.lay_merged(&t.task.name, merged);
         }
         let output = match (&t.cached.patch, t.state) {
-            (Some(patch), State::UpToDate | State::Replay) => patch.clone(),
+            // A task to verify or stale hands on its recorded output: its
+            // dependents are decided on it (should its acceptance fail and
+            // its agent run, they are hashed again with the new output).
+            (Some(patch), State::UpToDate | State::Replay | State::Verify | State::Stale) => patch.clone(),
             _ => t.hash.clone(),
         };
         outputs.insert(t.task.name.clone(), output);
@@ -244,7 +247,45 @@ impl Hashing {
         }
         t.key.inputs = inputs;
         t.hash = t.key.hash();
+        t.recipe = recipe_hash(&t.key, &agent_key);
+        t.dependencies = dependencies_hash(&t.key);
     }
+}
+
+/// The recipe of a task whose input key is `key` (its agent's key
+/// `agent`): everything of the key but what the tree and the machine bring
+/// to it. Left out: the contents of the files it reads (context, reference,
+/// standing instructions) and which files its patterns match now, its
+/// dependencies' outputs (compared on their own:
+/// [`dependencies_hash`]), the agent's version, and the limits that bound
+/// a run (timeout, max-iterations, max-cost, acceptance timeouts). Two
+/// states of a task with the same recipe ask the same of the agent: the
+/// task's acceptance commands can tell whether its recorded change still
+/// meets it.
+pub fn recipe_hash(key: &hash::InputKey, agent: &hash::AgentKey) -> String {
+    #[derive(serde::Serialize)]
+    struct Recipe<'a> {
+        format: u32,
+        spec: hash::SpecKey,
+        agent: hash::AgentKey,
+        inputs: Vec<&'a Input>,
+    }
+    let mut spec = key.spec.clone();
+    (spec.timeout_ms, spec.max_iterations, spec.max_cost) = (0, 0, None);
+    for a in &mut spec.acceptance {
+        a.timeout_ms = None;
+    }
+    let agent = hash::AgentKey { version: None, ..agent.clone() };
+    let inputs = key.inputs.iter().filter(|i| matches!(i.kind, "model" | "sandbox" | "template" | "project")).collect();
+    hash_json(&Recipe { format: key.format, spec, agent, inputs })
+}
+
+/// The hash of the outputs of the dependencies in `key` (`None`: it has
+/// none): a task re-verified in place of a run must depend on what it
+/// depended on when it ran.
+pub fn dependencies_hash(key: &hash::InputKey) -> Option<String> {
+    let deps: Vec<&Input> = key.inputs.iter().filter(|i| i.kind == "dependency").collect();
+    (!deps.is_empty()).then(|| hash_json(&deps))
 }
 
 impl Plan {

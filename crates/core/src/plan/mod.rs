@@ -84,13 +84,18 @@ pub struct Loaded {
 
 /// A task's state against the cache: `up-to-date` (its recorded run's
 /// after-state is the project now: nothing to do), `replay` (a stored run
-/// of the same inputs: its change is applied again, no agent), `run` (the
-/// agent runs).
+/// of the same inputs: its change is applied again, no agent), `verify`
+/// (only files it reads or the agent's version changed, and its change is
+/// still in the tree: its acceptance commands decide, no agent), `stale`
+/// (an explore/review task whose files changed: its findings are kept
+/// until a dependent runs), `run` (the agent runs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum State {
     UpToDate,
     Replay,
+    Verify,
+    Stale,
     Run,
 }
 
@@ -99,6 +104,8 @@ impl State {
         match self {
             State::UpToDate => "up-to-date",
             State::Replay => "replay",
+            State::Verify => "verify",
+            State::Stale => "stale",
             State::Run => "run",
         }
     }
@@ -119,6 +126,12 @@ pub struct PlannedTask {
     pub reference_files: Vec<String>,
     pub key: InputKey,
     pub hash: String,
+    /// What the task asks, without what the tree and the machine bring
+    /// (see [`Hashing::fill_key`]): equal to its lock line's, a change of
+    /// its files alone is re-verified rather than run again.
+    pub recipe: String,
+    /// The hash of its dependencies' outputs (`None`: it has none).
+    pub dependencies: Option<String>,
     pub state: State,
     /// What stands behind the state (the entry to replay, the recorded
     /// patch, an unusable entry).

@@ -132,6 +132,8 @@ pub(super) fn planned_task(
             inputs: Vec::new(),
         },
         hash: String::new(),
+        recipe: String::new(),
+        dependencies: None,
         state: State::Run,
         cached: state::Cached::default(),
         turn_cap: None,

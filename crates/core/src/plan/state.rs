@@ -45,6 +45,7 @@ use crate::changes::ChangeKind;
 use crate::lock::{Lock, LockEntry, LockedOutput};
 use crate::merge::{Merged, Version};
 use crate::paths::{Stamp, build_glob, is_literal, is_reserved, normalize};
+use crate::spec::Kind;
 use crate::store::{Entry, Outputs, Store};
 
 /// What the hash of a path that is neither a file nor a symlink (a folder,
@@ -74,6 +75,16 @@ pub enum Basis {
     /// The inputs are the after-state of a store entry the lock does not
     /// name (a replay by `run --locked`, which writes no lock line).
     StoreAfter,
+    /// The recipe and the dependencies are as the lock line records them,
+    /// and the change is still in the tree; only files the task reads
+    /// (or the agent's version, or the limits of a run) changed: state
+    /// `verify` (its acceptance commands decide) or `stale` (an
+    /// explore/review task keeps its findings).
+    Recipe,
+    /// The inputs are an after-state a verification recorded (the lock
+    /// line's run passed its acceptance commands on this tree): up to
+    /// date.
+    Verified,
 }
 
 /// What the lock and the store say of a task, beside its [`State`].
@@ -219,8 +230,11 @@ pub fn state_of(
     {
         return match found {
             (Outcome::Kept(edited), e) => {
+                // The lock line's own run, its after-state moved here by a
+                // verification that wrote no lock line (`run --locked`).
+                let verified = line.is_some_and(|l| l.before == e.before && l.patch == e.patch);
                 let cached = Cached {
-                    basis: Basis::StoreAfter,
+                    basis: if verified { Basis::Verified } else { Basis::StoreAfter },
                     entry: Some(e.before),
                     patch: Some(e.patch),
                     outputs_edited: edited,
@@ -242,7 +256,74 @@ pub fn state_of(
     {
         return applies(cached, &entry, view);
     }
+    if let Some(l) = line
+        && l.after != hash
+        && l.before != hash
+        && cached.basis == Basis::Nothing
+        && let Some(decided) = same_recipe(l, store, index, t, view, &mut cached)
+    {
+        return decided;
+    }
     (State::Run, cached)
+}
+
+/// A task whose lock line records the same recipe and dependencies as it
+/// has now, while its inputs differ from both recorded states: only files
+/// it reads changed, or the agent's version, or the limits of a run.
+/// An explore/review task is `stale` (its findings are kept); a task with
+/// acceptance commands whose change is still in the tree is `verify` (or
+/// `up-to-date`, when a verification already recorded this after-state in
+/// the store entry of the line's run); anything else, `None`: `run`.
+fn same_recipe(
+    l: &LockEntry,
+    store: &Store,
+    index: &mut OutputIndex,
+    t: &PlannedTask,
+    view: &mut View<'_>,
+    cached: &mut Cached,
+) -> Option<(State, Cached)> {
+    if l.recipe.as_deref() != Some(t.recipe.as_str()) || l.dependencies != t.dependencies {
+        return None;
+    }
+    let base = Cached { basis: Basis::Recipe, patch: Some(l.patch.clone()), ..Cached::default() };
+    match t.kind() {
+        Kind::Explore | Kind::Review => return Some((State::Stale, base)),
+        Kind::Code | Kind::Test if t.task.acceptance.is_empty() => return None,
+        Kind::Code | Kind::Test => {}
+    }
+    // Verified on this tree before (the entry's after-state moved here):
+    // up to date, unless its outputs say otherwise.
+    if let Ok(Some(e)) = store.read_entry(&l.before)
+        && e.task == t.task.name
+        && e.patch == l.patch
+        && e.after == t.hash
+        && let Ok(Some(Outcome::Kept(edited))) = Recorded::Entry(&e).outputs_if_inputs_same(t, store, index, view)
+    {
+        let verified = Cached { basis: Basis::Verified, entry: Some(e.before), outputs_edited: edited, ..base };
+        return Some((State::UpToDate, verified));
+    }
+    // The change must still be in the tree: outputs as the run left them,
+    // or edited by the user; not a created output missing, nor every
+    // output back at its base.
+    let recorded = Recorded::Line(l);
+    let outputs = match recorded.outputs(store) {
+        Ok(Some(o)) => o,
+        // Not known which files it wrote: the change cannot be checked.
+        Ok(None) => return None,
+        Err(why) => {
+            cached.unusable = Some(why);
+            return None;
+        }
+    };
+    let paths: Vec<String> = outputs.keys().cloned().collect();
+    let now = view.hashes(&paths);
+    match recorded.judge(store, &outputs, &now, view) {
+        Outcome::Kept(edited) => Some((State::Verify, Cached { outputs_edited: edited, ..base })),
+        Outcome::Replay(changed) => {
+            cached.outputs_changed = changed;
+            None
+        }
+    }
 }
 
 /// The store entry whose after-state `t`'s inputs are (the lock names
@@ -982,6 +1063,8 @@ mod tests {
         let line = |patch: &str| crate::lock::LockEntry {
             before: "b".into(),
             after: "a".into(),
+            recipe: None,
+            dependencies: None,
             outputs: None,
             output_files: Default::default(),
             patch: patch.into(),
@@ -1063,6 +1146,8 @@ mod tests {
             changes,
             key: serde_json::json!({}),
             after_key: None,
+            recipe: None,
+            dependencies: None,
             agent: "a".into(),
             agent_version: None,
             date: String::new(),
@@ -1082,6 +1167,8 @@ mod tests {
         let line = LockEntry {
             before: e.before.clone(),
             after: e.after.clone(),
+            recipe: None,
+            dependencies: None,
             outputs: e.outputs.as_ref().map(outputs_hash),
             output_files: output_records(e),
             patch: e.patch.clone(),

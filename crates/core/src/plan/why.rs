@@ -12,6 +12,23 @@ use super::{Plan, PlannedTask, State};
 /// "dependency text-module changed", "agent claude 1.2 → 1.3",
 /// "model claude-sonnet-4-5 → claude-opus-4-1", "template changed").
 pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
+    let mut reasons = differences(plan, t);
+    match (t.state, t.cached.basis) {
+        (State::Verify, _) => reasons.push(
+            "only files it reads (or the agent's version, or a run limit) changed, and its change is still in the tree: its acceptance commands decide whether the recorded change still holds; the agent runs only if they fail (or with --force)"
+                .to_owned(),
+        ),
+        (State::Stale, _) => reasons.push(
+            "only files it reads (or the agent's version, or a run limit) changed: its recorded findings are kept; it runs again when it is named (--filter, --force) or when a task depending on it runs its agent"
+                .to_owned(),
+        ),
+        _ => {}
+    }
+    reasons
+}
+
+/// What [`why`] says before the verdict of states `verify` and `stale`.
+fn differences(plan: &Plan, t: &PlannedTask) -> Vec<String> {
     let c = &t.cached;
     let replays = match c.after_replay_of.as_slice() {
         [] => String::new(),
@@ -37,6 +54,12 @@ pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
             let mut notes = c.outputs_edited.clone();
             notes.push("its inputs are as recorded; an output changed since the run is the user's: cassist leaves it as it is (delete a file the task created to have it written again)".to_owned());
             return notes;
+        }
+        (State::UpToDate, Basis::Verified) => {
+            return vec![
+                "its inputs changed since the recorded run, and its acceptance commands passed on the tree as it is: verified, its recorded change holds"
+                    .to_owned(),
+            ];
         }
         (State::UpToDate, Basis::StoreAfter) => {
             return vec![
@@ -84,7 +107,7 @@ pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
             );
             return reasons;
         }
-        (State::Run, _) => {}
+        (State::Run | State::Verify | State::Stale, _) => {}
     }
     let Some(locked) = plan.lock.tasks.get(&t.task.name) else {
         reasons.push("never run: no record in cassist.lock".to_owned());

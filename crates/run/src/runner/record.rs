@@ -109,6 +109,8 @@ pub fn put_entry(
         changes: stored,
         key: serde_json::to_value(&before.key).unwrap_or_default(),
         after_key: after.and_then(|a| serde_json::to_value(&a.key).ok()),
+        recipe: Some(before.recipe.clone()).filter(|r| !r.is_empty()),
+        dependencies: before.dependencies.clone(),
         outputs: Some(outputs),
         agent: run.agent.to_owned(),
         agent_version: run.agent_version.clone(),
@@ -131,6 +133,8 @@ pub fn lock_line(e: &Entry) -> LockEntry {
     LockEntry {
         before: e.before.clone(),
         after: e.after.clone(),
+        recipe: e.recipe.clone(),
+        dependencies: e.dependencies.clone(),
         outputs: e.outputs.as_ref().map(cassist_core::plan::state::outputs_hash),
         output_files: cassist_core::plan::state::output_records(e),
         patch: e.patch.clone(),
