@@ -389,6 +389,11 @@ impl Recorded<'_> {
             Recorded::Line(l) => l,
         };
         let Some(summary) = &l.outputs else { return Ok(None) };
+        // No output at all (a change that wrote nothing): known from the
+        // lock alone.
+        if *summary == outputs_hash(&Outputs::new()) {
+            return Ok(Some(Cow::Owned(BTreeMap::new())));
+        }
         match store.read_entry(&l.before) {
             Err(why) => Err(why.to_string()),
             Ok(Some(e)) if e.patch == l.patch && e.outputs.as_ref().is_some_and(|o| outputs_hash(o) == *summary) => {

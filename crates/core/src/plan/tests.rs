@@ -350,3 +350,156 @@ fn a_task_shows_its_state_and_what_it_may_change() {
     }
     assert_eq!(plan.unknown_task("b2").help.as_deref(), Some("did you mean `b`?"));
 }
+
+/// A project with a code task `c` (with an acceptance command), a code
+/// task `n` without one, and an explore task `e`, all reading `ctx.txt`;
+/// `c` depends on `e`. `edit` changes the task file's text before it is
+/// planned.
+fn recipe_project(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
+    let tasks = r#"task "e" {
+    kind "explore"
+    goal "look"
+    context { file "ctx.txt"; }
+}
+task "c" {
+    goal "change"
+    timeout "5m"
+    depends-on "e"
+    context { file "ctx.txt"; }
+    acceptance { run "true"; }
+}
+task "n" {
+    goal "change too"
+    context { file "ctx.txt"; }
+}
+"#;
+    project(
+        "trust \"workspace-write\"\nagent \"x\" { command \"true\"; }\ndefaults { agent \"claude\"; }\n",
+        &edit(tasks),
+        &[("ctx.txt", "one\n")],
+    )
+}
+
+/// The plan of the project at `dir`, the agents' versions as given.
+fn plan_with(dir: &Path, versions: &[(&str, &str)]) -> Plan {
+    let loaded = load(dir, &LoadOptions::default()).unwrap();
+    let versions = versions.iter().map(|(a, v)| (a.to_string(), Some(v.to_string()))).collect();
+    plan(loaded, versions).unwrap()
+}
+
+/// Records each task of the project at `dir` in `cassist.lock` as run on
+/// the tree as it is (an empty change, no outputs), with `versions`: what
+/// `run` leaves (planned twice: a dependent's key holds its dependency's
+/// recorded output).
+fn record(dir: &Path, versions: &[(&str, &str)]) -> Plan {
+    for _ in 0..2 {
+        let p = plan_with(dir, versions);
+        record_all(dir, &p);
+    }
+    plan_with(dir, versions)
+}
+
+/// Records each task of `p` in `cassist.lock` as run on the tree as it
+/// is.
+fn record_all(dir: &Path, p: &Plan) {
+    let mut lock = crate::lock::Lock::default();
+    for t in &p.tasks {
+        let line = crate::lock::LockEntry {
+            before: "0".repeat(64),
+            after: t.hash.clone(),
+            recipe: Some(t.recipe.clone()),
+            dependencies: t.dependencies.clone(),
+            outputs: Some(state::outputs_hash(&Default::default())),
+            patch: format!("{}-patch", t.task.name),
+            agent: t.agent.clone(),
+            ..Default::default()
+        };
+        lock.tasks.insert(t.task.name.clone(), line);
+    }
+    lock.save(dir).unwrap();
+}
+
+fn states(p: &Plan) -> Vec<(&str, State)> {
+    p.tasks.iter().map(|t| (t.task.name.as_str(), t.state)).collect()
+}
+
+#[test]
+fn a_changed_file_a_task_reads_is_verified_or_stale_when_its_recipe_is_the_same() {
+    let dir = recipe_project(|t| t.to_owned());
+    let recorded = record(dir.path(), &[("claude", "1.0")]);
+    assert_eq!(states(&recorded), [("e", State::UpToDate), ("c", State::UpToDate), ("n", State::UpToDate)]);
+
+    // A file they read changed: the explore task is stale, the code task
+    // with acceptance commands verify, the one without run.
+    std::fs::write(dir.path().join("ctx.txt"), "two\n").unwrap();
+    let edited = plan_with(dir.path(), &[("claude", "1.0")]);
+    assert_eq!(states(&edited), [("e", State::Stale), ("c", State::Verify), ("n", State::Run)]);
+    let c = edited.get("c").unwrap();
+    assert_eq!(c.cached.patch.as_deref(), Some("c-patch"), "it hands on its recorded output");
+    assert!(super::why::why(&edited, c).last().unwrap().contains("acceptance commands decide"));
+    std::fs::write(dir.path().join("ctx.txt"), "one\n").unwrap();
+
+    // A new agent version, or another timeout: the same.
+    let upgraded = plan_with(dir.path(), &[("claude", "2.0")]);
+    assert_eq!(states(&upgraded), [("e", State::Stale), ("c", State::Verify), ("n", State::Run)]);
+    let tasks = dir.path().join("tasks/tasks.kdl");
+    let text = std::fs::read_to_string(&tasks).unwrap();
+    std::fs::write(&tasks, text.replace("timeout \"5m\"", "timeout \"9m\"")).unwrap();
+    assert_eq!(plan_with(dir.path(), &[("claude", "1.0")]).get("c").unwrap().state, State::Verify);
+
+    // A changed goal, acceptance command or model is a run.
+    for (from, to) in [
+        ("goal \"change\"", "goal \"change more\""),
+        ("run \"true\"", "run \"true && true\""),
+        ("timeout \"5m\"", "timeout \"5m\"\n    model \"big\""),
+        ("timeout \"5m\"", "timeout \"5m\"\n    agent \"x\""),
+    ] {
+        std::fs::write(&tasks, text.replace(from, to)).unwrap();
+        std::fs::write(dir.path().join("ctx.txt"), "two\n").unwrap();
+        let p = plan_with(dir.path(), &[("claude", "1.0")]);
+        assert_eq!(p.get("c").unwrap().state, State::Run, "{to}");
+    }
+}
+
+#[test]
+fn a_line_without_a_recipe_or_with_other_dependencies_is_run() {
+    let dir = recipe_project(|t| t.to_owned());
+    let first = record(dir.path(), &[]);
+    std::fs::write(dir.path().join("ctx.txt"), "two\n").unwrap();
+    // The dependency's recorded output is another than `c` ran with.
+    let mut lock = crate::lock::Lock::load(dir.path()).unwrap();
+    lock.tasks.get_mut("e").unwrap().patch = "another-patch".into();
+    lock.save(dir.path()).unwrap();
+    let p = plan_with(dir.path(), &[]);
+    assert_eq!(states(&p), [("e", State::Stale), ("c", State::Run), ("n", State::Run)]);
+    // A line of an older cassist (no recipe) is never re-verified.
+    record_all(dir.path(), &first);
+    let mut lock = crate::lock::Lock::load(dir.path()).unwrap();
+    for l in lock.tasks.values_mut() {
+        (l.recipe, l.dependencies) = (None, None);
+    }
+    lock.save(dir.path()).unwrap();
+    assert_eq!(states(&plan_with(dir.path(), &[])), [("e", State::Run), ("c", State::Run), ("n", State::Run)]);
+    // Yet it stays up to date where it was.
+    std::fs::write(dir.path().join("ctx.txt"), "one\n").unwrap();
+    assert_eq!(
+        states(&plan_with(dir.path(), &[])),
+        [("e", State::UpToDate), ("c", State::UpToDate), ("n", State::UpToDate)]
+    );
+}
+
+#[test]
+fn the_recipe_leaves_out_what_the_tree_and_the_machine_bring() {
+    let dir = recipe_project(|t| t.to_owned());
+    let a = plan_with(dir.path(), &[("claude", "1.0")]);
+    std::fs::write(dir.path().join("ctx.txt"), "two\n").unwrap();
+    std::fs::write(dir.path().join("AGENTS.md"), "standing instructions\n").unwrap();
+    let b = plan_with(dir.path(), &[("claude", "1.1")]);
+    for name in ["e", "c", "n"] {
+        let (x, y) = (a.get(name).unwrap(), b.get(name).unwrap());
+        assert_ne!(x.hash, y.hash, "{name}: the input hash sees the change");
+        assert_eq!(x.recipe, y.recipe, "{name}: the recipe does not");
+    }
+    assert_eq!(a.get("e").unwrap().dependencies, None, "no dependencies, no hash");
+    assert!(a.get("c").unwrap().dependencies.is_some());
+}
