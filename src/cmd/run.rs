@@ -64,11 +64,21 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     for w in ran.finish() {
         cassist_core::errln!("warning: {w}");
     }
-    if !needs_agent.is_empty() {
-        return Err(Error::Locked(needs_agent));
+    // When several apply: 130 if interrupted, else 1 (a task failed, an
+    // environment failure) before 3 (an agent would be needed); each
+    // cause is said.
+    let failed = reports.iter().any(|r| r.state().is_failure());
+    if !needs_agent.is_empty() && (interrupted || failed) {
+        cassist_core::errln!("{}", Error::Locked(needs_agent.clone()));
     }
     if interrupted {
         return Err(Error::Interrupted);
+    }
+    if failed {
+        return Err(Error::TaskFailed);
+    }
+    if !needs_agent.is_empty() {
+        return Err(Error::Locked(needs_agent));
     }
     if reports.iter().all(|r| r.state().is_success()) { Ok(()) } else { Err(Error::TaskFailed) }
 }

@@ -490,6 +490,14 @@ pub fn plan(cwd: &Path, opts: &LoadOptions, loaded: Loaded, team: Option<&dyn Te
     let mut fetched: HashSet<String> = HashSet::new();
     let mut warnings = Vec::new();
     loop {
+        // A task to verify: the entry of its recorded run, in case the
+        // team verified this very tree already (its after-state is then
+        // this one, and the task is up to date without a verification).
+        let verified_elsewhere = plan.tasks.iter().filter(|t| t.state == State::Verify).filter_map(|t| {
+            let line = plan.lock.tasks.get(&t.task.name)?;
+            let local = plan.store.read_entry(&line.before).ok().flatten();
+            local.is_none_or(|e| e.after != t.hash).then(|| (t.task.name.clone(), line.before.clone()))
+        });
         let wanted: Vec<(String, String)> = plan
             .tasks
             .iter()
@@ -503,6 +511,7 @@ pub fn plan(cwd: &Path, opts: &LoadOptions, loaded: Loaded, team: Option<&dyn Te
                 });
                 std::iter::once(t.hash.clone()).chain(line.map(|l| l.before.clone())).map(|h| (t.task.name.clone(), h))
             })
+            .chain(verified_elsewhere)
             .filter(|(_, h)| asked.insert(h.clone()))
             .collect();
         if wanted.is_empty() {
