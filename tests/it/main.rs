@@ -15,6 +15,7 @@ mod attacks;
 mod cache;
 mod ci;
 mod cli;
+mod compat;
 mod crash;
 mod demo;
 mod edits;
