@@ -154,6 +154,11 @@ pub struct RunArgs {
     /// Ignore recorded results: call the agent for every task.
     #[arg(long)]
     pub no_cache: bool,
+    /// Run these tasks' agents again, ignoring their cache, but not what
+    /// they depend on; repeatable. It selects nothing: each must be among
+    /// the tasks run.
+    #[arg(long, value_name = "NAME", conflicts_with = "locked")]
+    pub force: Vec<String>,
     /// Write machine-readable results here.
     #[arg(long, value_name = "FILE")]
     pub report_json: Option<PathBuf>,

@@ -23,6 +23,8 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
     out.print_diagnostics(&plan.warnings);
     // --filter: the named tasks and what they depend on; --shard: a slice.
     let selected = session.select(&args.filter)?;
+    // --force runs selected tasks again; it selects none.
+    session.check_force(&args.force, &selected)?;
     let (selected, outside) = match args.shard {
         Some(shard) => shard_of(plan, selected, shard)?,
         None => (selected, HashMap::new()),
@@ -39,6 +41,7 @@ pub fn run(cwd: &Path, args: &RunArgs, out: &Output) -> Result {
         jobs: args.jobs.map_or_else(|| Settings::new().jobs, |j| j as usize),
         keep_going: args.keep_going,
         no_cache: args.no_cache,
+        force: args.force.clone(),
     };
     let prepared = session.prepare(settings)?;
     let run_dir = prepared.run_dir().to_path_buf();
@@ -102,8 +105,8 @@ impl Sink for Shown {
 }
 
 /// `--shard K/N`: the selected tasks in slice K, and the output of each
-/// task they depend on outside it, which must be up to date (its output is
-/// then the recorded one). Anything else is an error naming the task.
+/// task they depend on outside it, which must be up to date or stale (its
+/// output is then the recorded one). Anything else is an error naming the task.
 fn shard_of(
     plan: &Plan,
     selected: Vec<PlannedTask>,
@@ -117,7 +120,8 @@ fn shard_of(
     for t in &mine {
         for d in &t.key.spec.depends_on {
             let Some(dep) = others.get(d.as_str()) else { continue };
-            if dep.state == State::UpToDate {
+            // A stale task's recorded findings and output stand.
+            if matches!(dep.state, State::UpToDate | State::Stale) {
                 if let Some(l) = plan.lock.tasks.get(d) {
                     outside.insert(d.clone(), l.patch.clone());
                 }

@@ -233,7 +233,7 @@ impl Server {
 impl Server {
     /// The project's tasks.
     #[tool(
-        description = "List the tasks of the project's task files: name, kind, state (up-to-date, replay: served from the cache, run: needs an agent), agent and goal.",
+        description = "List the tasks of the project's task files: name, kind, state (up-to-date, replay: served from the cache, verify: its acceptance commands decide, stale: an explore/review task's recorded findings kept though what it reads changed, until it is named in run_tasks or a task depending on it runs; run: needs an agent), agent and goal.",
         annotations(read_only_hint = true)
     )]
     async fn list_tasks(&self) -> Result<CallToolResult, ErrorData> {

@@ -77,6 +77,30 @@ mod tests {
     }
 
     #[test]
+    fn only_failed_and_blocked_tasks_are_annotated() {
+        use cassist_core::event::TaskState;
+        let ends: Vec<TaskEnd> = [
+            TaskState::Passed,
+            TaskState::UpToDate,
+            TaskState::Replayed,
+            TaskState::Verified,
+            TaskState::Stale,
+            TaskState::Skipped,
+            TaskState::Failed,
+        ]
+        .into_iter()
+        .map(|state| {
+            let location = cassist_core::event::Location { file: "tasks/t.kdl".into(), line: 1 };
+            let mut end = TaskEnd::new(state.as_str(), "hash", "a", location);
+            end.report.state = state;
+            end
+        })
+        .collect();
+        let lines = annotations(&ends, std::path::Path::new("/nowhere"));
+        assert_eq!(lines, ["::error file=tasks/t.kdl,line=1,title=cassist%3A task failed failed::failed"]);
+    }
+
+    #[test]
     fn an_agents_reason_cannot_drive_the_log() {
         let location = cassist_core::event::Location { file: "tasks/t.kdl".into(), line: 3 };
         let mut end = TaskEnd::new("t", "hash", "a", location);

@@ -32,3 +32,33 @@ impl<'a> RunReport<'a> {
 pub fn render(ends: &[TaskEnd]) -> Vec<u8> {
     serde_json::to_vec_pretty(&RunReport::new(ends)).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cassist_core::event::Location;
+
+    #[test]
+    fn verified_and_stale_count_as_cached_with_their_own_state() {
+        let end = |name: &str, state: TaskState| {
+            let mut e = TaskEnd::new(name, "h", "a", Location { file: "tasks/t.kdl".into(), line: 1 });
+            e.report.state = state;
+            e
+        };
+        let ends = [
+            end("p", TaskState::Passed),
+            end("u", TaskState::UpToDate),
+            end("r", TaskState::Replayed),
+            end("v", TaskState::Verified),
+            end("s", TaskState::Stale),
+            end("f", TaskState::Failed),
+        ];
+        let doc: serde_json::Value = serde_json::from_slice(&render(&ends)).unwrap();
+        assert_eq!(
+            (doc["passed"].as_u64(), doc["cached"].as_u64(), doc["failed"].as_u64()),
+            (Some(1), Some(4), Some(1))
+        );
+        let states: Vec<&str> = doc["tasks"].as_array().unwrap().iter().map(|t| t["state"].as_str().unwrap()).collect();
+        assert_eq!(states, ["passed", "up-to-date", "replayed", "verified", "stale", "failed"]);
+    }
+}

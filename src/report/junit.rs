@@ -153,6 +153,18 @@ mod tests {
     }
 
     #[test]
+    fn verified_and_stale_tasks_are_successes() {
+        let ends = [end("v", TaskState::Verified, None), end("s", TaskState::Stale, Some("findings kept"))];
+        let xml = render(&ends, Duration::from_millis(1), SystemTime::UNIX_EPOCH);
+        let doc = roxmltree::Document::parse(&xml).unwrap();
+        let suite = doc.root_element().children().find(|n| n.has_tag_name("testsuite")).unwrap();
+        let attrs: Vec<Option<&str>> =
+            ["tests", "failures", "errors", "skipped"].iter().map(|a| suite.attribute(*a)).collect();
+        assert_eq!(attrs, [Some("2"), Some("0"), Some("0"), Some("0")], "{xml}");
+        assert!(xml.contains("state: verified") && xml.contains("state: stale"), "{xml}");
+    }
+
+    #[test]
     fn a_task_locked_refused_is_a_failure_not_a_skip() {
         let mut refused = end("a", TaskState::Skipped, Some("--locked: an agent would be needed (goal changed)"));
         refused.refused = true;

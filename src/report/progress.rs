@@ -400,15 +400,19 @@ pub fn print_finished(out: &Output, end: &TaskEnd, logs: OutputLogs) {
     if out.quiet {
         return;
     }
-    if r.state == TaskState::UpToDate {
-        // A cache hit: one line with the stored summary, and where the
-        // transcript is (or the transcript itself with --output-logs full).
+    if matches!(r.state, TaskState::UpToDate | TaskState::Stale) {
+        // A cache hit (a stale task's findings are kept): one line with the
+        // stored summary, and where the transcript is (or the transcript
+        // itself with --output-logs full).
         let summary = printable(r.summary.as_deref().unwrap_or(""));
         let summary = cassist_core::text::first_line(&summary, 100);
-        let mut line = format!("{} {}", r.name, out.green("up-to-date"));
-        // Outputs the user changed since the run, left as they are.
-        if let Some(note) = &r.reason {
-            line.push_str(&format!(" ({}, kept)", printable(note)));
+        let mut line = format!("{} {}", r.name, out.state(r.state));
+        match &r.reason {
+            // Why its findings stand.
+            Some(note) if r.state == TaskState::Stale => line.push_str(&format!(" ({})", printable(note))),
+            // Outputs the user changed since the run, left as they are.
+            Some(note) => line.push_str(&format!(" ({}, kept)", printable(note))),
+            None => {}
         }
         if !summary.is_empty() {
             line.push_str(&format!(": {summary}"));

@@ -35,4 +35,5 @@ mod servers;
 mod snapshot;
 mod specs;
 mod split;
+mod stale;
 mod workspace;

@@ -194,6 +194,29 @@ task "broken" {
     assert!(m.close(Duration::from_secs(10)).success());
 }
 
+/// A stale explore task (a file it reads changed) keeps its findings
+/// until it is named: `run_tasks` naming it runs its agent again.
+#[test]
+fn run_tasks_naming_a_stale_task_runs_it_again() {
+    let tasks = "task \"look\" {\n    kind \"explore\"\n    goal \"Look.\"\n    context {\n        file \"notes.txt\"\n    }\n}\n";
+    let p = counting_project("\"seen\"", |t| t.tasks(tasks).file("notes.txt", "one\n").git());
+    let mut m = mcp(&p, &[]);
+    let state = |m: &mut Mcp| {
+        let listed = m.call("list_tasks", json!({}), None);
+        ok(&listed)["tasks"][0]["state"].as_str().unwrap().to_owned()
+    };
+    let ran = m.call("run_tasks", json!({"names": ["look"]}), None);
+    assert_eq!(ok(&ran)["tasks"][0]["state"], "passed", "{ran:#}");
+    assert_eq!(calls(&p), 1);
+    p.file("notes.txt", "two\n");
+    assert_eq!(state(&mut m), "stale");
+    let ran = m.call("run_tasks", json!({"names": ["look"]}), None);
+    assert_eq!(ok(&ran)["tasks"][0]["state"], "passed", "{ran:#}");
+    assert_eq!(calls(&p), 2, "named, the stale task runs again");
+    assert_eq!(state(&mut m), "up-to-date");
+    assert!(m.close(Duration::from_secs(10)).success());
+}
+
 #[test]
 fn an_inline_task_asking_for_more_than_the_trust_is_refused() {
     let p = Test::new()

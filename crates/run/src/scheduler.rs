@@ -420,6 +420,13 @@ impl Schedule<'_> {
         if self.opts.no_cache {
             t.state = State::Run;
         }
+        // Forced, or a stale task refreshed: decided before the run, and
+        // kept when hashing again brings back its cached state.
+        if let Some(again) = &t.again
+            && again.still_runs(t.state)
+        {
+            t.state = State::Run;
+        }
         let recorded = || self.lock.tasks.get(&t.task.name).and_then(|l| runner.plan.store.get_entry(&l.before));
         if t.state == State::Replay {
             // The entry is checked again (the plan's check may be old): one
@@ -464,6 +471,8 @@ impl Schedule<'_> {
             State::Stale => {
                 let mut end = up_to_date(runner, t, &self.lock, &self.shown);
                 end.report.state = TaskState::Stale;
+                end.report.reason =
+                    Some("what it reads changed, not what it asks: its recorded findings are kept".to_owned());
                 Start::Done(Box::new(end))
             }
             // Started above; never reached.
@@ -558,7 +567,9 @@ impl Schedule<'_> {
             // In the after-state of an entry the lock does not name (a
             // `run --locked` replayed it): that entry's patch.
             TaskState::UpToDate if t.cached.basis == Basis::StoreAfter => t.cached.patch.clone(),
-            TaskState::UpToDate => self.lock.tasks.get(&t.task.name).map(|e| e.patch.clone()),
+            // A stale task's recorded findings stand, and so does its
+            // output: its dependents are decided on it.
+            TaskState::UpToDate | TaskState::Stale => self.lock.tasks.get(&t.task.name).map(|e| e.patch.clone()),
             // A replayed task's entry (the agent's prompts, transcripts,
             // cost) and lock line stand as recorded, and its after-state
             // does not move here: a replay reproduces the recorded tree,
@@ -574,7 +585,7 @@ impl Schedule<'_> {
             self.outputs.insert(t.task.name.clone(), output.unwrap_or_else(|| t.hash.clone()));
         }
         let end = r.end;
-        self.touched |= !matches!(end.state(), TaskState::UpToDate | TaskState::Skipped);
+        self.touched |= !matches!(end.state(), TaskState::UpToDate | TaskState::Stale | TaskState::Skipped);
         if end.state().is_failure() && !self.opts.keep_going && self.stop.is_none() && !end.interrupted {
             self.stop =
                 Some(format!("not started: `{}` failed (use --keep-going to run independent tasks)", end.name()));
@@ -653,7 +664,7 @@ fn warn(message: &str) {
     cassist_core::errln!("warning: {message}");
 }
 
-/// The entries of the tasks planned up-to-date, as [`up_to_date`] shows
+/// The entries of the tasks planned up-to-date or stale, as [`up_to_date`] shows
 /// them, read on every core: a run with a thousand up-to-date tasks reads a
 /// thousand entries before it can say so.
 fn read_shown(
@@ -663,7 +674,7 @@ fn read_shown(
 ) -> HashMap<String, cassist_core::store::EntrySummary> {
     let keys: Vec<&str> = tasks
         .iter()
-        .filter(|t| t.state == State::UpToDate)
+        .filter(|t| matches!(t.state, State::UpToDate | State::Stale))
         .filter_map(|t| lock.tasks.get(&t.task.name))
         .map(|l| l.before.as_str())
         .collect();

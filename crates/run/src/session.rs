@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use cassist_core::event::{Events, TaskEnd, TaskState};
 use cassist_core::lock::{Lock, LockLine};
-use cassist_core::plan::{LoadOptions, Loaded, Plan, PlannedTask, State};
+use cassist_core::plan::{LoadOptions, Loaded, Plan, PlannedTask, State, again};
 use cassist_core::spec::{ProjectConfig, SpecDiagnostic};
 use cassist_core::store::ProjectLock;
 use cassist_core::team::TeamCache;
@@ -115,15 +115,50 @@ impl Session {
 
     /// The tasks named in `names` and every task they depend on, in run
     /// order; all tasks when `names` is empty. An unknown name is invalid
-    /// input.
+    /// input. A stale task named runs again (its findings made afresh), and
+    /// so does a stale task that a selected task depending on it runs its
+    /// agent ([`cassist_core::plan::again`]).
     pub fn select(&self, names: &[String]) -> Result<Vec<PlannedTask>, Error> {
-        Ok(select(&self.plan, names)?.into_iter().cloned().collect())
+        let mut selected: Vec<PlannedTask> = select(&self.plan, names)?.into_iter().cloned().collect();
+        again::name(&mut selected, names);
+        again::refresh(&mut selected);
+        Ok(selected)
+    }
+
+    /// Checks the tasks to force ([`Settings::force`]) against `selected`:
+    /// each must be a task of the project, and among the tasks selected
+    /// (forcing a task runs it again; it never adds it to a run).
+    pub fn check_force(&self, force: &[String], selected: &[PlannedTask]) -> Result<(), Error> {
+        let mut problems = Vec::new();
+        for name in force {
+            if self.plan.get(name).is_none() {
+                problems.push(self.plan.unknown_task(name));
+            } else if !selected.iter().any(|t| t.task.name == *name) {
+                problems.push(
+                    SpecDiagnostic::error(
+                        "forced-not-selected",
+                        format!("task `{name}` is to be forced, but it is not among the selected tasks"),
+                    )
+                    .help(format!(
+                        "forcing a task runs it again, it does not select it: select it too (`--filter {name}`), or force another"
+                    )),
+                );
+            }
+        }
+        if problems.is_empty() { Ok(()) } else { Err(Error::Invalid(problems)) }
     }
 
     /// Sets up the run: stale workspaces removed, the workspace mode and
     /// Landlock probed (with a note on stderr when one is missing, unless
     /// `quiet`), the run's record folder made.
     pub fn prepare(self, settings: Settings) -> Result<Prepared, Error> {
+        if settings.locked && !settings.force.is_empty() {
+            // Nothing is written yet.
+            return Err(Error::Invalid(vec![
+                SpecDiagnostic::error("force-locked", "--force runs agents, which --locked never does")
+                    .help("drop --force, or --locked"),
+            ]));
+        }
         let Session { plan, lock, team } = self;
         let quiet = settings.quiet;
         let exe = std::env::current_exe().map_err(Error::Binary)?;
@@ -187,6 +222,11 @@ pub struct Settings {
     pub keep_going: bool,
     /// `--no-cache`.
     pub no_cache: bool,
+    /// `--force`: the tasks whose agents run again, their cache ignored
+    /// (whatever their state), but not what they depend on; each must be
+    /// among the tasks run ([`Session::check_force`]). Never with
+    /// `locked`.
+    pub force: Vec<String>,
 }
 
 impl Settings {
@@ -200,6 +240,7 @@ impl Settings {
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             keep_going: false,
             no_cache: false,
+            force: Vec::new(),
         }
     }
 }
@@ -243,19 +284,28 @@ impl Prepared {
 
     /// Runs `tasks` (in run order; a dependency outside them counts as
     /// done, with its recorded output in `outside`), stopped by `cancel`,
-    /// telling `events` of their progress and `sink` of each end. Each task
-    /// that passes is uploaded to the team cache in the background. Then,
-    /// unless the run was interrupted or is `--locked`, the after-states of
-    /// the recorded tasks move to the tree as the run left it.
+    /// telling `events` of their progress and `sink` of each end. The tasks
+    /// of [`Settings::force`] run their agents again, as do the stale tasks
+    /// [`Session::select`] marked to refresh; with `--locked`, no stale task
+    /// runs (its findings stand). Each task that
+    /// passes is uploaded to the team cache in the background. Then, unless
+    /// the run was interrupted or is `--locked`, the after-states of the
+    /// recorded tasks (stale ones included: their findings are kept) move
+    /// to the tree as the run left it.
     pub fn run(
         self,
-        tasks: Vec<PlannedTask>,
+        mut tasks: Vec<PlannedTask>,
         outside: HashMap<String, String>,
         cancel: Cancel,
         events: Events,
         sink: &mut dyn Sink,
     ) -> Ran {
         let Prepared { plan, lock, team, exe, wrapper, workspaces, mode, run_dir, landlock, settings } = self;
+        if settings.locked {
+            again::undo(&mut tasks);
+        } else {
+            again::force(&mut tasks, &settings.force);
+        }
         let runner = Arc::new(Runner {
             plan: Arc::new(plan),
             exe,
@@ -303,10 +353,23 @@ impl Prepared {
         cassist_core::plan::timing("run tasks");
         let interrupted = cancel.is_cancelled();
         let mut moved = Vec::new();
-        if touched && !interrupted && !settings.locked {
+        // A stale task changes nothing, but its after-state moves: its
+        // findings are kept for the inputs it has now.
+        let stale = reports.iter().any(|r| r.state() == TaskState::Stale);
+        if (touched || stale) && !interrupted && !settings.locked {
             let written = runner.written();
-            moved =
-                update_after_states(&runner.plan, &tasks, &reports, &outputs, &hashed_at_end, &written, &mut lock_file);
+            // Untouched, only the stale tasks' after-states can move.
+            let only_stale = !touched;
+            moved = update_after_states(
+                &runner.plan,
+                &tasks,
+                &reports,
+                &outputs,
+                &hashed_at_end,
+                &written,
+                only_stale,
+                &mut lock_file,
+            );
         }
         runner.plan.save_caches();
         cassist_core::plan::timing("final hashes");
@@ -372,7 +435,9 @@ impl Ran {
 /// change was written (nothing was written after): they are not hashed
 /// again. Both are hashed through `written`, cassist's own view of what
 /// the run wrote: a user's edit merged into a task's file is never taken
-/// for the task's work.
+/// for the task's work. With `only_stale`, only the tasks that ended
+/// `stale` are looked at (nothing else can have moved).
+#[allow(clippy::too_many_arguments)]
 fn update_after_states(
     plan: &Plan,
     selected: &[PlannedTask],
@@ -380,6 +445,7 @@ fn update_after_states(
     outputs: &HashMap<String, String>,
     hashed_at_end: &HashSet<String>,
     written: &cassist_core::plan::state::Overlay,
+    only_stale: bool,
     lock: &mut Lock,
 ) -> Vec<(String, String)> {
     let mut changed = Vec::new();
@@ -387,6 +453,7 @@ fn update_after_states(
         // A task whose outputs the user edited keeps its record: what it
         // wrote, not the user's edit.
         if !r.state().is_success()
+            || (only_stale && r.state() != TaskState::Stale)
             || !lock.tasks.contains_key(&planned.task.name)
             || hashed_at_end.contains(&planned.task.name)
             || !planned.cached.outputs_edited.is_empty()

@@ -137,6 +137,10 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
         planned.push(t);
     }
     timing("hash tasks");
+    // A stale task that a task depending on it runs its agent runs first,
+    // for that task's prompt: decided here on the whole plan, as a run of
+    // every task does (a run decides it again on its own tasks).
+    super::again::refresh(&mut planned);
     if std::fs::create_dir_all(crate::fsx::state_dir(&project.root)).is_ok() {
         let _ = crate::fsx::ensure_state_dir(&project.root);
         let _ = cache.save();

@@ -5,6 +5,7 @@
 //! task's state (`hashing.rs`); a task's effective settings are in
 //! `settings.rs`, the helpers that spread work over the cores in `par.rs`.
 
+pub mod again;
 pub mod context;
 pub mod dag;
 pub mod discover;
@@ -139,6 +140,10 @@ pub struct PlannedTask {
     /// The agent's turn cap when set by the caller (the MCP server's
     /// dispatches); else read-only kinds get the adapters' own cap.
     pub turn_cap: Option<u32>,
+    /// Why it runs its agent though its cache would spare it (state
+    /// `run`): forced, or a stale task refreshed ([`again`]). Hashing it
+    /// again during a run leaves this as it is.
+    pub again: Option<again::Again>,
 }
 
 /// Tasks in run order with their hashes.

@@ -137,6 +137,7 @@ pub(super) fn planned_task(
         state: State::Run,
         cached: state::Cached::default(),
         turn_cap: None,
+        again: None,
         task,
     }
 }

@@ -12,7 +12,11 @@ use super::{Plan, PlannedTask, State};
 /// "dependency text-module changed", "agent claude 1.2 → 1.3",
 /// "model claude-sonnet-4-5 → claude-opus-4-1", "template changed").
 pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
-    let mut reasons = differences(plan, t);
+    // A forced task: what differs from the state it was planned in.
+    let mut reasons = match &t.again {
+        Some(super::again::Again::Forced(was)) => differences(plan, &PlannedTask { state: *was, ..t.clone() }),
+        _ => differences(plan, t),
+    };
     match (t.state, t.cached.basis) {
         (State::Verify, _) => reasons.push(
             "only files it reads (or the agent's version, or a run limit) changed, and its change is still in the tree: its acceptance commands decide whether the recorded change still holds; the agent runs only if they fail (or with --force)"
@@ -23,6 +27,9 @@ pub fn why(plan: &Plan, t: &PlannedTask) -> Vec<String> {
                 .to_owned(),
         ),
         _ => {}
+    }
+    if let Some(again) = &t.again {
+        reasons.push(again.reason());
     }
     reasons
 }

@@ -136,6 +136,8 @@ impl Conflicts {
 }
 
 /// What the flush did with a task's change.
+// One per task a flush wrote, handed on at once: its size costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Flushed {
     /// Written; its lock line (none under `--locked`, or when the lock's
     /// line stands). `hashed`: the line's after-state was hashed on the
