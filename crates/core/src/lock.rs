@@ -517,7 +517,7 @@ mod tests {
             before: format!("{n}b"),
             after: format!("{n}a"),
             recipe: Some(format!("{n}r")),
-            dependencies: (n % 2 == 0).then(|| format!("{n}d")),
+            dependencies: n.is_multiple_of(2).then(|| format!("{n}d")),
             outputs: Some(format!("{n}o")),
             output_files: BTreeMap::from([
                 (format!("{n}/new.txt"), LockedOutput { hash: Some(format!("{n}h")), created: true }),

@@ -136,6 +136,8 @@ impl Conflicts {
 }
 
 /// What the flush did with a task's change.
+// A few per flush, moved once: not worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Flushed {
     /// Written; its lock line (none under `--locked`, or when the lock's
     /// line stands). `hashed`: the line's after-state was hashed on the

@@ -54,11 +54,14 @@ pub enum Verdict {
 /// first and taking its verdict.
 #[derive(Default)]
 pub struct Verifications {
-    done: Mutex<HashMap<String, Arc<Mutex<Option<(String, Verdict)>>>>>,
+    done: Mutex<HashMap<String, Slot>>,
 }
 
+/// One verification: the task that ran it and its verdict, once known.
+type Slot = Arc<Mutex<Option<(String, Verdict)>>>;
+
 impl Verifications {
-    fn slot(&self, key: &str) -> Arc<Mutex<Option<(String, Verdict)>>> {
+    fn slot(&self, key: &str) -> Slot {
         let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
         done.entry(key.to_owned()).or_default().clone()
     }
