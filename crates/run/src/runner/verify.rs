@@ -5,9 +5,10 @@
 //! tree as it is, in its sandbox, exactly as after an agent run.
 //!
 //! - They pass: `verified`. The store entry of the recorded run takes the
-//!   new after-state (so the next `run --locked` of the same tree finds it
-//!   without running them again), and, unless `--locked`, so does its lock
-//!   line.
+//!   new after-state (with no entry, as in a fresh clone, the store keeps
+//!   the verified lock line beside), so the next `run --locked` of the same
+//!   tree finds it without running them again; unless `--locked`, so does
+//!   its lock line.
 //! - One fails: the recorded change no longer meets the task; the agent
 //!   runs on the tree as it is (`--locked`: refused, naming the command
 //!   and the end of its output).
@@ -162,7 +163,18 @@ impl Runner {
         result.end.report.changed_files.clear();
         let mut line = line.clone();
         let outputs = self.plan.outputs_now(&line);
-        super::record::update_after(&self.plan.store, &mut line, t, outputs);
+        let store = &self.plan.store;
+        super::record::update_after(store, &mut line, t, outputs);
+        // No entry of the recorded run took the new after-state (a fresh
+        // clone): recorded beside, for the next run of the same tree.
+        if !matches!(store.read_entry(&line.before), Ok(Some(_)))
+            && let Err(e) = store.put_verified(&t.task.name, &line)
+        {
+            cassist_core::errln!(
+                "warning: could not record that `{}` was verified ({e}); it is verified again next time",
+                t.task.name
+            );
+        }
         if !self.locked {
             let lock_line = LockLine { task: t.task.name.clone(), entry: Some(line) };
             match Lock::update(&self.plan.project.root, std::slice::from_ref(&lock_line)) {
