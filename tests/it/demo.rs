@@ -6,7 +6,7 @@ use crate::support::{Project, Test, assert_same_tree, copy_tree, map, repo, snap
 
 /// A copy of the bundled demo: `cassist.kdl`, `tasks/`, `fixtures/demo`
 /// and the demo agent.
-fn demo() -> Project {
+pub(crate) fn demo() -> Project {
     let p = Test::new().file("cassist.kdl", std::fs::read_to_string(repo().join("cassist.kdl")).unwrap()).build();
     for dir in ["tasks", "fixtures/demo", "fixtures/agents"] {
         std::fs::create_dir_all(p.path().join(dir)).unwrap();

@@ -34,4 +34,5 @@ mod servers;
 mod snapshot;
 mod specs;
 mod split;
+mod verify;
 mod workspace;
