@@ -17,8 +17,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::support::{
-    Output, Project, TRUSTED_NO_TESTS, Test, assert_same_tree, files_under, git_env, map, processes_with, signal,
-    snapshot, unique_marker, wait_until, write, write_executable,
+    Output, Project, TRUSTED_NO_TESTS, Test, assert_same_tree, files_under, git_env, in_both_modes, map,
+    processes_with, signal, snapshot, unique_marker, wait_until, write, write_executable,
 };
 
 // ---------------------------------------------------------------------------
@@ -142,6 +142,12 @@ fn counted(tasks: &str, files: &[(&str, &str)], extra: &str) -> Project {
     );
     p.commit_all();
     p
+}
+
+/// `p` with the variables of a workspace mode (none, or [`COPY`](crate::support::COPY)) set for
+/// every command.
+fn in_mode(p: Project, mode: &[(&str, &str)]) -> Project {
+    mode.iter().fold(p, |p, (k, v)| p.with_env(k, v))
 }
 
 /// A copy of the bundled demo whose agent counts its calls (a wrapper of
@@ -472,42 +478,25 @@ fn a_breaking_edit_fails_verification_and_the_agent_runs_once() {
     assert_eq!(plan["add-truncate"], "up-to-date");
 }
 
-/// Two counting-agent tasks whose acceptance commands run a program:
-/// `missing`'s, `xyz-check-verify` from the out folder's `bin` (on PATH);
-/// `denied`'s, `tools/check` of the project.
-const CHECKED: &str = r#"task "missing" {
-    goal "Write out/missing.txt."
-    context {
-        file "src/x.py"
-    }
-    scope {
-        path "out/**"
-    }
-    acceptance {
-        run "xyz-check-verify out/missing.txt"
-    }
+/// A counting-agent task `name` whose acceptance command is `command`
+/// (which runs a program [`CHECK`]).
+fn checked(name: &str, command: &str) -> String {
+    format!(
+        "task {name:?} {{\n    goal \"Write out/{name}.txt.\"\n    context {{\n        file \"src/x.py\"\n    }}\n    scope {{\n        path \"out/**\"\n    }}\n    acceptance {{\n        run {command:?}\n    }}\n}}\n"
+    )
 }
 
-task "denied" {
-    goal "Write out/denied.txt."
-    context {
-        file "src/x.py"
-    }
-    scope {
-        path "out/**"
-    }
-    acceptance {
-        run "tools/check out/denied.txt"
-    }
-}
-"#;
-
+/// A check program: its argument says good work.
 const CHECK: &str = "#!/bin/sh\ngrep -q good \"$1\"\n";
 
 #[test]
 fn a_command_that_cannot_start_is_an_environment_failure_not_the_agents_job() {
     use std::os::unix::fs::PermissionsExt;
-    let p = counted(CHECKED, &[("src/x.py", "print('x')\n")], "");
+    // `missing` runs `xyz-check-verify` from the out folder's `bin` (on
+    // PATH); `denied`, `tools/check` of the project.
+    let tasks =
+        checked("missing", "xyz-check-verify out/missing.txt") + &checked("denied", "tools/check out/denied.txt");
+    let p = counted(&tasks, &[("src/x.py", "print('x')\n")], "");
     let bin = p.out().join("bin");
     let tool = bin.join("xyz-check-verify");
     let check = p.path().join("tools/check");
@@ -549,6 +538,39 @@ fn a_command_that_cannot_start_is_an_environment_failure_not_the_agents_job() {
     assert_eq!(calls(&p).len(), 2);
 }
 
+/// A verification runs the project's setup and tests as an agent run
+/// would: a failing test is a change that no longer holds (`--locked`
+/// names it); a failing setup, an environment failure.
+#[test]
+fn setup_and_project_tests_run_in_a_verification() {
+    let tasks = checked("missing", "xyz-check-verify out/missing.txt");
+    let p = counted(&tasks, &[("src/x.py", "print('x')\n")], "");
+    p.edit("cassist.kdl", "test #false", "setup \"test ! -e no-setup\"\ntest \"test ! -e no-tests\"");
+    let bin = p.out().join("bin");
+    write_executable(&bin.join("xyz-check-verify"), CHECK);
+    let run = |args: &[&str], code: i32| p.run(args).path_first(&[&bin]).status(code).exec();
+    assert_eq!(run(&[], 0).states()["missing"], "passed");
+    p.file("src/x.py", "print('x, edited')\n");
+    assert_eq!(p.plan_states()["missing"], "verify");
+    let lock = p.read("cassist.lock");
+
+    p.file("no-tests", "");
+    let done = run(&["--locked"], 3);
+    assert!(done.stderr.contains("`test ! -e no-tests`"), "{}", done.transcript());
+    std::fs::remove_file(p.path().join("no-tests")).unwrap();
+
+    p.file("no-setup", "");
+    let done = run(&[], 1);
+    let reason = done.task("missing")["reason"].as_str().unwrap().to_owned();
+    assert!(reason.contains("environment failure") && reason.contains("setup"), "{reason}");
+    std::fs::remove_file(p.path().join("no-setup")).unwrap();
+    assert_eq!(calls(&p), ["missing"], "an agent ran");
+    assert_eq!(p.read("cassist.lock"), lock);
+
+    assert_eq!(run(&[], 0).states()["missing"], "verified");
+    assert_eq!(calls(&p), ["missing"]);
+}
+
 // ---------------------------------------------------------------------------
 // How verifications run
 
@@ -576,8 +598,7 @@ fn identical_commands_on_the_same_tree_run_once() {
     assert_eq!(p.plan_states(), map(&[("one", "up-to-date"), ("two", "up-to-date")]));
 }
 
-#[test]
-fn what_a_verification_writes_never_reaches_the_tree() {
+fn what_a_verification_writes_never_reaches_the_tree(mode: &[(&str, &str)]) {
     let tasks = r#"task "t" {
     goal "Write out/t.txt."
     context {
@@ -591,7 +612,7 @@ fn what_a_verification_writes_never_reaches_the_tree() {
     }
 }
 "#;
-    let p = counted(tasks, &[("src/x.py", "print('x')\n")], "");
+    let p = in_mode(counted(tasks, &[("src/x.py", "print('x')\n")], ""), mode);
     let done = p.run(&[]).exec();
     assert_eq!(done.states()["t"], "passed", "{}", done.transcript());
     assert!(!p.exists("stray.txt") && !p.exists("out/stray.txt"), "an agent run's acceptance left its by-products");
@@ -604,8 +625,9 @@ fn what_a_verification_writes_never_reaches_the_tree() {
     assert_eq!(p.plan_states()["t"], "up-to-date");
 }
 
-#[test]
-fn ctrl_c_during_a_verification_leaves_it_to_verify() {
+in_both_modes!(what_a_verification_writes_never_reaches_the_tree: what_a_verification_writes_nothing_into_the_tree, what_a_verification_writes_nothing_into_the_tree_in_copy_mode);
+
+fn ctrl_c_during_a_verification_leaves_it_to_verify(mode: &[(&str, &str)]) {
     let marker = unique_marker("verify");
     let tasks = format!(
         r#"task "t" {{
@@ -622,7 +644,7 @@ fn ctrl_c_during_a_verification_leaves_it_to_verify() {
 }}
 "#
     );
-    let p = counted(&tasks, &[("src/x.py", "print('x')\n")], "");
+    let p = in_mode(counted(&tasks, &[("src/x.py", "print('x')\n")], ""), mode);
     let done = p.run(&[]).exec();
     assert_eq!(done.states()["t"], "passed", "{}", done.transcript());
     p.file("src/x.py", "print('x, edited')\n");
@@ -642,11 +664,14 @@ fn ctrl_c_during_a_verification_leaves_it_to_verify() {
     assert_eq!(calls(&p).len(), 1, "an agent ran after Ctrl-C");
     assert_same_tree(&p.tree(), &before, "Ctrl-C during a verification changed the tree");
     assert_eq!(p.read("cassist.lock"), lock);
-    // Nothing of it recorded as verified: the store's entries are as they
-    // were, and the task is still to verify.
+    // Nothing of it recorded as verified: the store's entries and
+    // after-states are as they were, and the task is still to verify.
     let now = snapshot(&p.path().join(".cassist/store"), &[]);
     let entries = |t: &crate::support::Tree| -> Vec<(PathBuf, Vec<u8>)> {
-        t.iter().filter(|(k, _)| k.starts_with("entries")).map(|(k, v)| (k.clone(), v.clone())).collect()
+        t.iter()
+            .filter(|(k, _)| ["entries", "after", "verified"].iter().any(|d| k.starts_with(d)))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     };
     assert_eq!(entries(&now), entries(&store), "Ctrl-C recorded something in the store's entries");
     assert_eq!(p.plan_states()["t"], "verify");
@@ -657,3 +682,5 @@ fn ctrl_c_during_a_verification_leaves_it_to_verify() {
     assert_eq!(done.states()["t"], "verified", "{}", done.transcript());
     assert_eq!(calls(&p).len(), 1);
 }
+
+in_both_modes!(ctrl_c_during_a_verification_leaves_it_to_verify: ctrl_c_during_a_verification_records_nothing, ctrl_c_during_a_verification_records_nothing_in_copy_mode);
