@@ -36,4 +36,5 @@ mod snapshot;
 mod specs;
 mod split;
 mod stale;
+mod verify;
 mod workspace;

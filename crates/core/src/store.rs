@@ -89,6 +89,14 @@ pub struct Entry {
 
 pub const ENTRY_FORMAT: u32 = 1;
 
+/// A lock line verified on the tree its after-state names, kept where the
+/// store has no entry of its run ([`Store::put_verified`]).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Verified {
+    pub task: String,
+    pub line: crate::lock::LockEntry,
+}
+
 /// A task's outputs: path → content hash (`None`: absent), sorted.
 pub type Outputs = std::collections::BTreeMap<String, Option<String>>;
 
@@ -411,6 +419,34 @@ impl Store {
         }
     }
 
+    /// Records that `line`, the lock line of `task`'s run with its
+    /// after-state moved to the tree as it is, passed its acceptance
+    /// commands there, where the store holds no entry of that run to take
+    /// the new after-state (a fresh clone, whose only record is the lock):
+    /// so the next plan of the same tree finds it ([`Store::verified`])
+    /// and verifies nothing again. One per run, the last verification's.
+    pub fn put_verified(&self, task: &str, line: &crate::lock::LockEntry) -> std::io::Result<()> {
+        if !is_hash(&line.before) {
+            return Ok(());
+        }
+        let json = serde_json::to_vec(&Verified { task: task.to_owned(), line: line.clone() })?;
+        crate::fsx::write_cache(&self.verified_path(&line.before), &json)
+    }
+
+    /// What [`Store::put_verified`] recorded of the run whose input hash
+    /// before it was `before`; `None` when nothing, or nothing readable.
+    pub fn verified(&self, before: &str) -> Option<Verified> {
+        if !is_hash(before) {
+            return None;
+        }
+        let text = std::fs::read(self.verified_path(before)).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+
+    fn verified_path(&self, before: &str) -> PathBuf {
+        self.dir.join("verified").join(format!("{before}.json"))
+    }
+
     /// The file of the after-state index: the input hash before the run
     /// of the entry whose after-state is `after`.
     fn after_path(&self, after: &str) -> PathBuf {
@@ -685,6 +721,31 @@ mod tests {
             assert!(hashes.windows(2).all(|w| w[0] == w[1]));
             assert!(std::fs::read(&file).unwrap() == store.get_object(&hashes[0]).unwrap());
         }
+    }
+
+    #[test]
+    fn a_verified_line_is_kept_by_its_run_and_only_under_a_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path());
+        let line = crate::lock::LockEntry {
+            before: "ab12".into(),
+            after: "cd34".into(),
+            patch: "ef56".into(),
+            ..Default::default()
+        };
+        assert!(store.verified("ab12").is_none());
+        store.put_verified("t", &line).unwrap();
+        let got = store.verified("ab12").expect("recorded");
+        assert_eq!((got.task.as_str(), &got.line), ("t", &line));
+        // The last verification's stands.
+        let moved = crate::lock::LockEntry { after: "9876".into(), ..line.clone() };
+        store.put_verified("t", &moved).unwrap();
+        assert_eq!(store.verified("ab12").unwrap().line.after, "9876");
+        // A name that is no hash (a hand-edited lock) names no file.
+        let odd = crate::lock::LockEntry { before: "../../x".into(), ..line };
+        store.put_verified("t", &odd).unwrap();
+        assert!(store.verified("../../x").is_none());
+        assert!(!dir.path().join(".cassist/x.json").exists() && !dir.path().join("x.json").exists());
     }
 
     #[test]

@@ -407,8 +407,9 @@ enum Step {
 
 impl Schedule<'_> {
     /// What a task whose dependencies all passed does: its state decides.
-    fn start(&self, t: &mut PlannedTask) -> Start {
-        let runner = &self.runner;
+    fn start(&mut self, t: &mut PlannedTask) -> Start {
+        let runner = self.runner.clone();
+        let runner = &runner;
         // Hashed again once the tree may differ from what the plan hashed:
         // a task of this run changed it, or the plan saw it through replays
         // predicted before it (which, with -j N, may not be done yet).
@@ -466,7 +467,12 @@ impl Schedule<'_> {
             warn(&cassist_core::plan::unusable_warning(&t.task.name, why).message);
         }
         match t.state {
-            State::UpToDate => Start::Done(Box::new(up_to_date(runner, t, &self.lock, &self.shown))),
+            State::UpToDate => {
+                if t.cached.basis == Basis::Verified && !self.opts.locked {
+                    self.record_verified(t);
+                }
+                Start::Done(Box::new(up_to_date(runner, t, &self.lock, &self.shown)))
+            }
             // Its recorded findings stand.
             State::Stale => {
                 let mut end = up_to_date(runner, t, &self.lock, &self.shown);
@@ -477,13 +483,16 @@ impl Schedule<'_> {
             }
             // Started above; never reached.
             State::Replay => Start::Done(Box::new(t.end().ended(TaskState::Failed, "internal error: replay"))),
-            // Until verifications run: the agent.
-            State::Verify if !self.opts.locked => {
-                let summaries = self.dependency_summaries(t);
-                let split = recorded().map(|e| e.split).unwrap_or_default();
-                Start::Spawn(Box::new(move |runner, t| runner.run_task(t, &summaries, &split)))
+            // Its acceptance commands decide; should they fail, the agent
+            // runs with what it would have run with.
+            State::Verify => {
+                let instead = Instead {
+                    summaries: self.dependency_summaries(t),
+                    split: recorded().map(|e| e.split).unwrap_or_default(),
+                };
+                Start::Spawn(Box::new(move |runner, t| runner.verify_task(t, &instead)))
             }
-            State::Run | State::Verify if self.opts.locked => {
+            State::Run if self.opts.locked => {
                 let why = cassist_core::plan::why::why(&runner.plan, t);
                 Start::Done(Box::new(t.skipped(format!("--locked: an agent would be needed ({})", why.join("; ")))))
             }
@@ -492,12 +501,29 @@ impl Schedule<'_> {
                 runner.max_cost.unwrap_or_default(),
                 runner.spent_usd()
             )))),
-            State::Run | State::Verify => {
+            State::Run => {
                 let summaries = self.dependency_summaries(t);
                 // A task that had to be split last time starts split.
                 let split = recorded().map(|e| e.split).unwrap_or_default();
                 Start::Spawn(Box::new(move |runner, t| runner.run_task(t, &summaries, &split)))
             }
+        }
+    }
+
+    /// A task up to date because a verification (by a `run --locked`,
+    /// which writes no lock) recorded this after-state in the store entry
+    /// of its lock line's run: its lock line takes it now.
+    fn record_verified(&mut self, t: &PlannedTask) {
+        let plan = &self.runner.plan;
+        let Some(mut line) = self.lock.tasks.get(&t.task.name).cloned() else { return };
+        let outputs = plan.outputs_now(&line);
+        crate::runner::record::update_after(&plan.store, &mut line, t, outputs);
+        let line = cassist_core::lock::LockLine { task: t.task.name.clone(), entry: Some(line) };
+        match Lock::update(&plan.project.root, std::slice::from_ref(&line)) {
+            Ok(()) => {
+                self.lock.apply(std::slice::from_ref(&line));
+            }
+            Err(e) => warn(&format!("could not write the verified state of `{}` to cassist.lock: {e}", t.task.name)),
         }
     }
 
@@ -567,9 +593,9 @@ impl Schedule<'_> {
             // In the after-state of an entry the lock does not name (a
             // `run --locked` replayed it): that entry's patch.
             TaskState::UpToDate if t.cached.basis == Basis::StoreAfter => t.cached.patch.clone(),
-            // A stale task's recorded findings stand, and so does its
-            // output: its dependents are decided on it.
-            TaskState::UpToDate | TaskState::Stale => self.lock.tasks.get(&t.task.name).map(|e| e.patch.clone()),
+            TaskState::UpToDate | TaskState::Verified | TaskState::Stale => {
+                self.lock.tasks.get(&t.task.name).map(|e| e.patch.clone())
+            }
             // A replayed task's entry (the agent's prompts, transcripts,
             // cost) and lock line stand as recorded, and its after-state
             // does not move here: a replay reproduces the recorded tree,
@@ -585,7 +611,9 @@ impl Schedule<'_> {
             self.outputs.insert(t.task.name.clone(), output.unwrap_or_else(|| t.hash.clone()));
         }
         let end = r.end;
-        self.touched |= !matches!(end.state(), TaskState::UpToDate | TaskState::Stale | TaskState::Skipped);
+        // Verified and stale tasks leave the tree as it was.
+        self.touched |=
+            !matches!(end.state(), TaskState::UpToDate | TaskState::Verified | TaskState::Stale | TaskState::Skipped);
         if end.state().is_failure() && !self.opts.keep_going && self.stop.is_none() && !end.interrupted {
             self.stop =
                 Some(format!("not started: `{}` failed (use --keep-going to run independent tasks)", end.name()));

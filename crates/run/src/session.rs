@@ -324,6 +324,7 @@ impl Prepared {
             spent: Default::default(),
             integration: Default::default(),
             pending: Default::default(),
+            verifications: Default::default(),
         });
         cassist_core::plan::timing("prepare run");
         let opts = scheduler::Options {
@@ -336,10 +337,19 @@ impl Prepared {
             sink.finished(end);
             // Recorded in the store: its objects and signed entry go up in
             // the background, never holding up the run.
-            if let Some(team) = &team
-                && end.state() == TaskState::Passed
-            {
-                team.spawn_upload(&runner.plan.store, end.name(), &end.report.hash);
+            if let Some(team) = &team {
+                match end.state() {
+                    TaskState::Passed => team.spawn_upload(&runner.plan.store, end.name(), &end.report.hash),
+                    // The entry of its recorded run took the verified
+                    // after-state: the team's next `--locked` run of this
+                    // tree needs no acceptance run either.
+                    TaskState::Verified => {
+                        if let Some(line) = runner.plan.lock.tasks.get(end.name()) {
+                            team.spawn_upload(&runner.plan.store, end.name(), &line.before);
+                        }
+                    }
+                    _ => {}
+                }
             }
         });
         sink.all_finished();

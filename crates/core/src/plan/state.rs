@@ -273,7 +273,8 @@ pub fn state_of(
 /// An explore/review task is `stale` (its findings are kept); a task with
 /// acceptance commands whose change is still in the tree is `verify` (or
 /// `up-to-date`, when a verification already recorded this after-state in
-/// the store entry of the line's run); anything else, `None`: `run`.
+/// the store: in the entry of the line's run, or, with no entry, beside
+/// it); anything else, `None`: `run`.
 fn same_recipe(
     l: &LockEntry,
     store: &Store,
@@ -301,6 +302,17 @@ fn same_recipe(
     {
         let verified = Cached { basis: Basis::Verified, entry: Some(e.before), outputs_edited: edited, ..base };
         return Some((State::UpToDate, verified));
+    }
+    // The same where the store has no entry of the line's run (a fresh
+    // clone): the line as the verification left it.
+    if let Some(v) = store.verified(&l.before)
+        && v.task == t.task.name
+        && v.line.before == l.before
+        && v.line.patch == l.patch
+        && v.line.after == t.hash
+        && let Ok(Some(Outcome::Kept(edited))) = Recorded::Line(&v.line).outputs_if_inputs_same(t, store, index, view)
+    {
+        return Some((State::UpToDate, Cached { basis: Basis::Verified, outputs_edited: edited, ..base }));
     }
     // The change must still be in the tree: outputs as the run left them,
     // or edited by the user; not a created output missing, nor every

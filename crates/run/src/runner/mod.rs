@@ -11,7 +11,8 @@
 //! for [`flush`], which the scheduler calls when no task runs), with
 //! [`jail`] saying what confines each of their commands, and the loops
 //! that drive them, [`whole_loop`] and [`split_loop`]; [`replay`] applies
-//! a stored change instead. They are functions over one task's
+//! a stored change instead, and [`verify`] re-runs the acceptance commands
+//! of a task whose recorded change is in the tree, with no agent. They are functions over one task's
 //! [`TaskContext`] (whose methods keep what it carries) and fail with a
 //! [`Failure`]; the task's report is made from how it went in one place,
 //! [`Ending::into_result`].
@@ -29,6 +30,7 @@ pub mod record;
 mod replay;
 mod setup;
 mod split_loop;
+mod verify;
 mod whole_loop;
 
 use std::path::{Path, PathBuf};
@@ -47,6 +49,7 @@ use cassist_sandbox::process::{Cancel, Redactor};
 
 use context::{Facts, TaskContext};
 pub use failure::{CommandError, Failure};
+pub use verify::Verifications;
 
 /// Summaries of explore/review tasks (the findings their dependents' prompts
 /// are given) are cut to this many characters.
@@ -138,6 +141,9 @@ pub struct Runner {
     /// The changes that passed and wait for the flush, and the layers
     /// workspaces stack meanwhile ([`flush`]).
     pub pending: std::sync::Mutex<flush::Pending>,
+    /// The verifications of this run (tasks in state `verify`), each run
+    /// once ([`verify`]).
+    pub verifications: Verifications,
 }
 
 /// A task that passed: its state, and what the scheduler records.
