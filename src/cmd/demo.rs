@@ -87,6 +87,8 @@ fn next_steps(dir: &Path, passed: bool) -> String {
          \x20 cassist plan                  # every task up to date: an unchanged task never runs twice\n\
          \x20 cassist prompt add-slugify    # the prompt the agent got, the survey's findings included\n\
          \x20 cassist explain add-slugify   # the inputs behind its hash: why it would run again\n\
+         \x20 echo '# a note' >> fixtures/demo/tests/test_text.py\n\
+         \x20 cassist run                   # a hand edit costs an acceptance run, not an agent: verified\n\
          \x20 cassist run tasks/ --agent claude   # the same tasks on Claude Code (or codex, droid, gemini)\n\
          Every prompt, transcript, review and patch is under .cassist/runs/."
     )

@@ -793,10 +793,12 @@ fn locked_never_starts_an_agent() {
 fn locked_names_the_dependents_of_a_task_that_needs_an_agent() {
     let p = project();
     first_run(&p);
-    p.file("src/x.py", "print('X')\n");
+    // What `base` asks changed (a file it reads alone would be verified
+    // by its acceptance command, with no agent).
+    p.edit("tasks/t.kdl", "Write the base.", "Write the base!");
     let done = p.run(&["--locked"]).status(3).exec();
     assert_eq!(calls(&p).len(), 3);
-    assert!(done.stderr.contains("  base: src/x.py changed"), "{}", done.transcript());
+    assert!(done.stderr.contains("  base: goal changed"), "{}", done.transcript());
     assert!(
         done.stderr.contains("  top: dependency base changed"),
         "top would need an agent too (its dependency's output changes):\n{}",
@@ -830,16 +832,17 @@ fn explain_names_the_change() {
     assert!(!why.contains(" changed\n"), "{why}");
 
     // Each change, then back.
-    let cases: [(&str, &str, &str, &str, &str); 4] = [
-        ("tasks/t.kdl", "Write the top.", "Write the top!", "top", "goal changed"),
-        ("src/x.py", "print('x')", "print('x') ", "base", "src/x.py changed"),
-        ("tasks/t.kdl", "Write the base.", "Write the base!", "top", "dependency base changed"),
-        ("prompt.md", "# Context", "# Context:", "other", "template changed"),
+    // A file it reads alone: its acceptance command decides (`verify`).
+    let cases: [(&str, &str, &str, &str, &str, &str); 4] = [
+        ("tasks/t.kdl", "Write the top.", "Write the top!", "top", "goal changed", "run"),
+        ("src/x.py", "print('x')", "print('x') ", "base", "src/x.py changed", "verify"),
+        ("tasks/t.kdl", "Write the base.", "Write the base!", "top", "dependency base changed", "run"),
+        ("prompt.md", "# Context", "# Context:", "other", "template changed", "run"),
     ];
-    for (file, from, to, task, reason) in cases {
+    for (file, from, to, task, reason, state) in cases {
         p.edit(file, from, to);
         let why = p.explain(task);
-        assert!(why.contains("state run"), "{file}: {why}");
+        assert!(why.contains(&format!("state {state}\n")), "{file}: {why}");
         assert!(why.contains(&format!("\n  {reason}\n")), "{file}: `{task}` should say {reason:?}:\n{why}");
         assert!(why.contains("changed"), "{why}");
         p.edit(file, to, from);

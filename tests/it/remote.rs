@@ -507,3 +507,67 @@ fn bad_keys_and_urls_are_diagnostics() {
     let out = p.cassist(&["cache", "ls"]).env("CASSIST_REMOTE", "gs://x").exec();
     assert!(out.stdout.contains("1 entry") && !out.stdout.contains("REMOTE"), "{}", out.transcript());
 }
+
+// ---------------------------------------------------------------------------
+// A verification is shared: the team's next run of the same tree needs no
+// acceptance run
+
+/// `one` writes `out/one.txt`; its acceptance command checks it. It reads
+/// `src/seed.txt` and `src/notes.txt`.
+const VERIFIED_TASKS: &str = r#"
+task "one" {
+    goal "write out/one.txt"
+    context {
+        file "src/seed.txt"
+        file "src/notes.txt"
+    }
+    acceptance { run "grep -q 'made by the agent' out/one.txt"; }
+}
+"#;
+
+#[test]
+fn a_verification_pushed_by_machine_a_spares_machine_b_the_acceptance_run() {
+    let Some(s3) = S3Server::start() else { return };
+    let team = Team::new();
+    let cache = team.trusting(&s3.remote_kdl("team"));
+    let mut env = s3.env();
+    env.push(team.signing());
+    let a = team.machine(&cache, VERIFIED_TASKS);
+    a.file("src/notes.txt", "notes\n");
+    let out = a.run(&[]).envs(&env).exec();
+    assert_eq!(out.code(), 0, "{}", out.transcript());
+    assert_eq!(calls(&a), strings(&["one"]));
+    // Machine B: a clone of what A committed (its lock and output, no
+    // store).
+    let b = team.machine(&cache, VERIFIED_TASKS);
+    b.file("src/notes.txt", "notes\n");
+    b.file("out/one.txt", a.read("out/one.txt"));
+    b.file("cassist.lock", a.read("cassist.lock"));
+    b.commit_all();
+
+    // The same hand edit on both: A verifies it (no agent) and pushes.
+    let edit = "notes, edited by hand\n";
+    a.file("src/notes.txt", edit);
+    let out = a.run(&["--locked"]).envs(&env).exec();
+    assert_eq!(out.code(), 0, "{}", out.transcript());
+    assert_eq!(out.states()["one"], "verified", "{}", out.transcript());
+    assert_eq!(calls(&a), strings(&["one"]), "no agent for a verification");
+
+    // B finds A's verification: up to date, no acceptance command runs.
+    b.file("src/notes.txt", edit);
+    let reader = s3.reader_env();
+    let plan = b.cassist(&["plan"]).envs(&reader).exec();
+    assert_eq!(plan_states(&plan), all(&["one"], "up-to-date"), "{}", plan.transcript());
+    let out = b.run(&["--locked"]).envs(&reader).exec();
+    assert_eq!(out.code(), 0, "{}", out.transcript());
+    assert_eq!(out.states()["one"], "up-to-date", "{}", out.transcript());
+    assert!(!out.stderr.contains(": acceptance: "), "no acceptance command ran: {}", out.transcript());
+    assert_eq!(calls(&b), Vec::<String>::new());
+    // Without the remote, B must verify itself.
+    let c = team.machine(&cache, VERIFIED_TASKS);
+    c.file("src/notes.txt", edit);
+    c.file("out/one.txt", a.read("out/one.txt"));
+    c.file("cassist.lock", b.read("cassist.lock"));
+    let plan = c.cassist(&["plan"]).env("CASSIST_REMOTE", "off").exec();
+    assert_eq!(plan_states(&plan), all(&["one"], "verify"), "{}", plan.transcript());
+}
