@@ -258,3 +258,38 @@ fn force_never_refreshes_the_stale_dependency_of_the_task_it_forces() {
     let prompt = std::fs::read_to_string(p.out().join("add-slugify.prompt")).unwrap();
     assert!(prompt.contains("textkit/text.py defines normalize_space;"), "{prompt}");
 }
+
+#[test]
+fn a_failed_verification_refreshes_the_stale_dependency_before_the_agent_runs() {
+    let p = demo_ran();
+    // A hand edit breaks add-slugify (its function goes, a helper comes)
+    // and touches a test file it reads: it is to be verified, its
+    // verification fails, and its agent runs, only during the run. The
+    // survey, stale, runs first: its fresh findings (the new helper) go
+    // into add-slugify's prompt.
+    let text = p.read("fixtures/demo/textkit/text.py");
+    let start = text.find("def slugify").expect("the demo agent added slugify");
+    let end = text[start..].find("\ndef ").map_or(text.len(), |e| start + e + 1);
+    let broken =
+        format!("{}{}\n\ndef shout(text: str) -> str:\n    return text.upper()\n", &text[..start], &text[end..]);
+    p.file("fixtures/demo/textkit/text.py", broken);
+    let tests = p.read("fixtures/demo/tests/test_text.py");
+    p.file("fixtures/demo/tests/test_text.py", format!("{tests}# touched\n"));
+    assert_eq!(p.plan_states(), states("stale", "verify", "verify"));
+
+    let run = p.run(&[]).exec();
+    assert_eq!(run.code(), 0, "{}", run.transcript());
+    let calls = take_calls(&p);
+    assert_eq!(calls[..2], [SURVEY, SLUGIFY], "the survey runs before the task that reads its findings: {calls:?}");
+    assert_eq!(run.task(SURVEY)["state"], "passed", "{}", run.transcript());
+    assert_eq!(run.task(SLUGIFY)["state"], "passed", "{}", run.transcript());
+    let reason = run.task(SLUGIFY)["reason"].as_str().unwrap_or_default().to_owned();
+    assert!(reason.contains("failed") && reason.contains("so its agent ran"), "{reason}");
+    let prompt = std::fs::read_to_string(p.out().join("add-slugify.prompt")).unwrap();
+    assert!(prompt.contains("shout"), "fresh findings: {prompt}");
+    // Told once, as it ended: never as stale first.
+    let shown = format!("{}{}", run.stdout, run.stderr);
+    assert!(!shown.contains("survey-textkit stale"), "{}", run.transcript());
+    assert_eq!(shown.matches("survey-textkit passed in").count(), 1, "{}", run.transcript());
+    assert_eq!(p.plan_states(), all("up-to-date"));
+}

@@ -21,6 +21,7 @@ use crate::runner::flush::Flushed;
 use crate::runner::{Instead, Runner, TaskResult};
 use cassist_core::event::{TaskEnd, TaskState};
 use cassist_core::lock::Lock;
+use cassist_core::plan::again::Again;
 use cassist_core::plan::overlap::{self, Footprint};
 use cassist_core::plan::state::Basis;
 use cassist_core::plan::{HashError, PlannedTask, State};
@@ -148,6 +149,7 @@ async fn schedule(
         }
     }
     run.flush();
+    run.tell_stale(finished, true);
     run.outcome()
 }
 
@@ -192,6 +194,17 @@ struct Schedule<'a> {
     /// start: nothing new starts until the running tasks end and it
     /// happens.
     drain: bool,
+    /// Per task, the tasks of this run that depend on it directly.
+    dependents: Vec<Vec<usize>>,
+    /// Stale tasks whose end is not told yet: a task depending on them
+    /// may still turn to its agent (its verification failing) and refresh
+    /// them first; told once every such task has ended.
+    untold: Vec<usize>,
+    /// Per task, why its agent runs though it was to be verified: its
+    /// verification found the recorded change no longer meets it.
+    unmet: Vec<Option<String>>,
+    /// A task just sent a stale dependency back to wait to be refreshed.
+    refreshing: bool,
 }
 
 impl<'a> Schedule<'a> {
@@ -202,7 +215,7 @@ impl<'a> Schedule<'a> {
         opts: &'a Options,
     ) -> Schedule<'a> {
         let index: HashMap<String, usize> = tasks.iter().enumerate().map(|(i, t)| (t.task.name.clone(), i)).collect();
-        let deps = tasks
+        let deps: Vec<Vec<usize>> = tasks
             .iter()
             .map(|t| t.key.spec.depends_on.iter().filter_map(|d| index.get(d).copied()).collect())
             .collect();
@@ -213,6 +226,12 @@ impl<'a> Schedule<'a> {
         for (i, w) in waits.iter().enumerate() {
             for &j in w {
                 waited_by[j].push(i);
+            }
+        }
+        let mut dependents = vec![Vec::new(); tasks.len()];
+        for (i, d) in deps.iter().enumerate() {
+            for &j in d {
+                dependents[j].push(i);
             }
         }
         let lock = runner.plan.lock.clone();
@@ -240,6 +259,10 @@ impl<'a> Schedule<'a> {
             unflushed: Vec::new(),
             flushing: vec![false; tasks_len],
             drain: false,
+            dependents,
+            untold: Vec::new(),
+            unmet: vec![None; tasks_len],
+            refreshing: false,
         }
     }
 
@@ -255,6 +278,12 @@ impl<'a> Schedule<'a> {
                     continue;
                 }
                 match self.next_step(i) {
+                    // A stale dependency (earlier in run order) waits again
+                    // to be refreshed: another pass starts it.
+                    Step::Wait if self.refreshing => {
+                        self.refreshing = false;
+                        progress = true;
+                    }
                     Step::Wait => {}
                     Step::Settled(r) => {
                         let t = self.tasks[i].clone();
@@ -314,16 +343,40 @@ impl<'a> Schedule<'a> {
                 Step::Settled(Box::new(TaskResult::new(*r)))
             }
             Start::Spawn(job) => Step::Job(Box::new(t), job),
+            Start::Wait => Step::Wait,
         }
     }
 
-    /// Task `i` ended: recorded, handed to the reporter, marked done.
+    /// Task `i` ended: recorded, handed to the reporter, marked done. A
+    /// task whose verification found its recorded change no longer meets
+    /// it has not ended: it waits again, to run its agent.
     fn done(&mut self, i: usize, t: &PlannedTask, r: TaskResult, finished: &mut dyn FnMut(&TaskEnd)) {
+        if let Some(why) = r.unmet {
+            self.unmet[i] = Some(why);
+            self.slots[i] = Slot::Waiting;
+            return;
+        }
         let landed = r.end.state().is_success() && r.changes.as_ref().is_some_and(|c| !c.is_empty());
-        let end = self.settle(t, r);
-        finished(&end);
+        let mut end = self.settle(t, r);
+        if let Some(why) = &self.unmet[i]
+            && end.state() == TaskState::Passed
+        {
+            let ran = format!("{why}, so its agent ran");
+            end.report.reason = Some(match end.report.reason.take() {
+                Some(reason) => format!("{reason} ({ran})"),
+                None => ran,
+            });
+        }
+        // A stale task is told once no task depending on it can still
+        // refresh it.
+        if end.state() == TaskState::Stale && !self.dependents_ended(i) {
+            self.untold.push(i);
+        } else {
+            finished(&end);
+        }
         self.slots[i] = Slot::Done(self.reports.len());
         self.reports.push(end);
+        self.tell_stale(finished, false);
         if landed {
             // Its change is in the tree only once flushed.
             self.unflushed.push(i);
@@ -332,6 +385,46 @@ impl<'a> Schedule<'a> {
         } else {
             self.release(i);
         }
+    }
+
+    /// Whether every task of this run depending on task `i` has ended.
+    fn dependents_ended(&self, i: usize) -> bool {
+        self.dependents[i].iter().all(|&k| matches!(self.slots[k], Slot::Done(_)))
+    }
+
+    /// Tells the reporter of the stale tasks no task can refresh any more
+    /// (`all`: every one left, the run is over).
+    fn tell_stale(&mut self, finished: &mut dyn FnMut(&TaskEnd), all: bool) {
+        let untold = std::mem::take(&mut self.untold);
+        for i in untold {
+            match self.slots[i] {
+                Slot::Done(r) if all || self.dependents_ended(i) => finished(&self.reports[r]),
+                Slot::Done(_) => self.untold.push(i),
+                // Refreshed: it is told when that run ends.
+                _ => {}
+            }
+        }
+    }
+
+    /// Before task `i` runs its agent for a reason of its own: each stale
+    /// explore/review task it depends on directly, settled in this run
+    /// with its recorded findings, runs again first, so that its fresh
+    /// findings go into `i`'s prompt. Whether any does (`i` then waits).
+    fn refresh_stale_dependencies(&mut self, i: usize) -> bool {
+        let name = self.tasks[i].task.name.clone();
+        let mut any = false;
+        for d in self.deps[i].clone() {
+            let Slot::Done(r) = self.slots[d] else { continue };
+            if self.reports[r].state() != TaskState::Stale || !self.tasks[d].read_only() {
+                continue;
+            }
+            self.tasks[d].again = Some(Again::Refresh(name.clone()));
+            self.slots[d] = Slot::Waiting;
+            self.untold.retain(|&u| u != d);
+            any = true;
+        }
+        self.refreshing |= any;
+        any
     }
 
     /// Releases task `i` if it can be (it ended, its change is in the
@@ -392,6 +485,8 @@ fn rehash(runner: &Runner, t: &mut PlannedTask, outputs: &HashMap<String, String
 enum Start {
     /// Settled on the spot: no job to run.
     Done(Box<TaskEnd>),
+    /// Not yet: a stale dependency runs again first.
+    Wait,
     Spawn(Job),
 }
 
@@ -413,20 +508,43 @@ impl Schedule<'_> {
         // Hashed again once the tree may differ from what the plan hashed:
         // a task of this run changed it, or the plan saw it through replays
         // predicted before it (which, with -j N, may not be done yet).
-        if (self.touched || t.cached.predicted)
-            && let Err(e) = rehash(runner, t, &self.outputs)
-        {
+        let rehashed = self.touched || t.cached.predicted;
+        if rehashed && let Err(e) = rehash(runner, t, &self.outputs) {
             return Start::Done(Box::new(t.end().ended(TaskState::Failed, e.to_string())));
         }
         if self.opts.no_cache {
             t.state = State::Run;
         }
+        let i = self.index[&t.task.name];
+        // Whether it runs its agent for a reason of its own (not only
+        // because it is forced): its stale dependencies are refreshed
+        // first.
+        let own_reason = match &t.again {
+            Some(Again::Forced(planned)) if !rehashed => *planned == State::Run,
+            Some(Again::Forced(_)) => t.state == State::Run,
+            Some(Again::Named | Again::Refresh(_)) => true,
+            None => t.state == State::Run,
+        } || self.unmet[i].is_some();
         // Forced, or a stale task refreshed: decided before the run, and
         // kept when hashing again brings back its cached state.
         if let Some(again) = &t.again
             && again.still_runs(t.state)
         {
             t.state = State::Run;
+        }
+        // Its verification failed: its agent runs.
+        if self.unmet[i].is_some() {
+            t.state = State::Run;
+        }
+        // About to run its agent for a reason of its own: its stale
+        // dependencies first.
+        if t.state == State::Run
+            && own_reason
+            && !self.opts.locked
+            && !runner.budget_reached()
+            && self.refresh_stale_dependencies(i)
+        {
+            return Start::Wait;
         }
         let recorded = || self.lock.tasks.get(&t.task.name).and_then(|l| runner.plan.store.get_entry(&l.before));
         if t.state == State::Replay {
@@ -483,15 +601,9 @@ impl Schedule<'_> {
             }
             // Started above; never reached.
             State::Replay => Start::Done(Box::new(t.end().ended(TaskState::Failed, "internal error: replay"))),
-            // Its acceptance commands decide; should they fail, the agent
-            // runs with what it would have run with.
-            State::Verify => {
-                let instead = Instead {
-                    summaries: self.dependency_summaries(t),
-                    split: recorded().map(|e| e.split).unwrap_or_default(),
-                };
-                Start::Spawn(Box::new(move |runner, t| runner.verify_task(t, &instead)))
-            }
+            // Its acceptance commands decide; should they fail, it waits
+            // again to run its agent ([`Schedule::done`]).
+            State::Verify => Start::Spawn(Box::new(move |runner, t| runner.verify_task(t))),
             State::Run if self.opts.locked => {
                 let why = cassist_core::plan::why::why(&runner.plan, t);
                 Start::Done(Box::new(t.skipped(format!("--locked: an agent would be needed ({})", why.join("; ")))))

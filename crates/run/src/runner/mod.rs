@@ -80,6 +80,10 @@ pub struct TaskResult {
     /// `--locked`: the task would need an agent, and why (a stored change
     /// it was to replay was refused).
     pub needs_agent: Option<Vec<String>>,
+    /// A verification found the recorded change no longer meets the task
+    /// (why, in words): it has not ended, its agent is to run (after its
+    /// stale dependencies are refreshed: the scheduler's to decide).
+    pub unmet: Option<String>,
 }
 
 impl TaskResult {
@@ -92,6 +96,7 @@ impl TaskResult {
             lock_line: None,
             recorded: false,
             needs_agent: None,
+            unmet: None,
         }
     }
 }
@@ -204,6 +209,7 @@ impl Ending {
                     lock_line: None,
                     recorded: done.recorded,
                     needs_agent: None,
+                    unmet: None,
                 }
             }
             Err(f) => {

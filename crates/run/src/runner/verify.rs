@@ -10,7 +10,8 @@
 //!   tree finds it without running them again; unless `--locked`, so does
 //!   its lock line.
 //! - One fails: the recorded change no longer meets the task; the agent
-//!   runs on the tree as it is (`--locked`: refused, naming the command
+//!   runs on the tree as it is, once the scheduler has refreshed the
+//!   task's stale dependencies (`--locked`: refused, naming the command
 //!   and the end of its output).
 //! - One cannot start (exit 126 or 127: its program is missing or on a
 //!   path the sandbox hides), or setup fails: an environment failure. The
@@ -31,7 +32,7 @@ use cassist_core::plan::PlannedTask;
 
 use super::acceptance::acceptance;
 use super::context::{Facts, TaskContext};
-use super::{Done, Ending, Failure, Instead, Runner, TaskResult, setup};
+use super::{Done, Ending, Failure, Runner, TaskResult, setup};
 use crate::accept::AcceptanceResult;
 
 /// The exit codes of a shell whose command could not start: found but
@@ -90,13 +91,16 @@ fn key(runner: &Runner, t: &PlannedTask, seq: u64) -> String {
 }
 
 impl Runner {
-    /// Verifies task `t` (state `verify`). When its acceptance fails, its
-    /// agent runs instead, with `instead`, unless `--locked`.
-    pub fn verify_task(&self, t: &PlannedTask, instead: &Instead) -> TaskResult {
+    /// Verifies task `t` (state `verify`). When its acceptance fails, the
+    /// result says so ([`TaskResult::unmet`]): its agent is to run (under
+    /// `--locked`, it is refused).
+    pub fn verify_task(&self, t: &PlannedTask) -> TaskResult {
         let name = &t.task.name;
         let Some(line) = self.plan.lock.tasks.get(name) else {
             // Planned `verify` only against a lock line: cannot happen.
-            return self.run_task(t, &instead.summaries, &instead.split);
+            let mut r = TaskResult::new(t.end());
+            r.unmet = Some("it has no record to verify".to_owned());
+            return r;
         };
         let seq = self.view().1;
         let slot = self.verifications.slot(&key(self, t, seq));
@@ -148,7 +152,7 @@ impl Runner {
         drop(slot);
         match verdict {
             Some(Verdict::Passed(_)) => self.verified(t, line, result),
-            Some(Verdict::Unmet(failed)) => self.unmet(t, &failed, instead),
+            Some(Verdict::Unmet(failed)) => self.unmet(t, &failed),
             // Failed to verify (setup, the sandbox, Ctrl-C): the task's
             // failure, with why.
             None => result,
@@ -191,7 +195,7 @@ impl Runner {
     /// A verification found the recorded change no longer meets the
     /// task: the agent runs (`--locked`: refused, saying which command
     /// failed and how).
-    fn unmet(&self, t: &PlannedTask, failed: &AcceptanceResult, instead: &Instead) -> TaskResult {
+    fn unmet(&self, t: &PlannedTask, failed: &AcceptanceResult) -> TaskResult {
         let why = format!(
             "acceptance command `{}` {} on the tree as it is",
             failed.command,
@@ -210,13 +214,8 @@ impl Runner {
             return r;
         }
         cassist_core::errln!("note: task `{}`: {why}; its agent runs", t.task.name);
-        let mut r = self.run_task(t, &instead.summaries, &instead.split);
-        let report = &mut r.end.report;
-        let ran = format!("{why}, so its agent ran");
-        report.reason = Some(match report.reason.take() {
-            Some(reason) => format!("{reason} ({ran})"),
-            None => ran,
-        });
+        let mut r = TaskResult::new(t.end());
+        r.unmet = Some(why);
         r
     }
 }
