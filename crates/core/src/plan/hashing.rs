@@ -104,6 +104,7 @@ pub fn plan(loaded: Loaded, versions: HashMap<String, Option<String>>) -> Result
             (instr, context, reference)
         };
         hashing.fill_key(config, &mut t, &instructions, context, reference, &outputs);
+        hashing.fill_recipe_if_needed(config, &lock, &mut t);
         let mut view = state::View::new(&project.root, &mut cache, &overlay).after_replays(&replayed_paths, at);
         let (st, cached) = state::state_of(&lock, &store, &mut output_index, &t, &mut view);
         // What a predicted replay does to the tree, as it will merge it.
@@ -251,8 +252,31 @@ impl Hashing {
         }
         t.key.inputs = inputs;
         t.hash = t.key.hash();
+        // Made when needed ([`Hashing::fill_recipe`]): most tasks of a
+        // plan are up to date, decided without it.
+        (t.recipe, t.dependencies) = (String::new(), None);
+    }
+
+    /// Sets `t`'s recipe and dependencies hashes (its key made): what a
+    /// task whose inputs differ from both recorded states is compared on,
+    /// and what a run records.
+    pub fn fill_recipe(&self, config: &crate::spec::ProjectConfig, t: &mut PlannedTask) {
+        let agent_key = agent_key(config, &t.agent, &self.versions);
         t.recipe = recipe_hash(&t.key, &agent_key);
         t.dependencies = dependencies_hash(&t.key);
+    }
+
+    /// [`Hashing::fill_recipe`] where `lock` decides `t` by it: its line
+    /// records a recipe, and `t`'s inputs are neither state it records.
+    pub fn fill_recipe_if_needed(
+        &self,
+        config: &crate::spec::ProjectConfig,
+        lock: &crate::lock::Lock,
+        t: &mut PlannedTask,
+    ) {
+        if lock.tasks.get(&t.task.name).is_some_and(|l| l.recipe.is_some() && l.after != t.hash && l.before != t.hash) {
+            self.fill_recipe(config, t);
+        }
     }
 }
 
@@ -298,6 +322,7 @@ impl Plan {
     /// and sets its state. Used by `run` right before each task.
     pub fn rehash(&self, t: &mut PlannedTask, outputs: &HashMap<String, String>) -> Result<(), HashError> {
         self.hash_inputs(t, outputs, &state::Overlay::default())?;
+        self.hashing.fill_recipe_if_needed(&self.project.config, &self.lock, t);
         let root = &self.project.root;
         let Ok(mut cache) = self.file_cache.lock() else { return Err(HashError::CacheUnusable) };
         let mut index = self.output_index.lock().unwrap_or_else(|e| e.into_inner());

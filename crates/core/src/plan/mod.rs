@@ -128,10 +128,12 @@ pub struct PlannedTask {
     pub key: InputKey,
     pub hash: String,
     /// What the task asks, without what the tree and the machine bring
-    /// (see [`Hashing::fill_key`]): equal to its lock line's, a change of
-    /// its files alone is re-verified rather than run again.
+    /// ([`hashing::recipe_hash`]): equal to its lock line's, a change of
+    /// its files alone is re-verified rather than run again. Empty until
+    /// needed ([`Hashing::fill_recipe`]).
     pub recipe: String,
-    /// The hash of its dependencies' outputs (`None`: it has none).
+    /// The hash of its dependencies' outputs (`None`: it has none, or not
+    /// made yet, as `recipe`).
     pub dependencies: Option<String>,
     pub state: State,
     /// What stands behind the state (the entry to replay, the recorded

@@ -404,6 +404,8 @@ fn record(dir: &Path, versions: &[(&str, &str)]) -> Plan {
 fn record_all(dir: &Path, p: &Plan) {
     let mut lock = crate::lock::Lock::default();
     for t in &p.tasks {
+        let mut t = t.clone();
+        p.hashing.fill_recipe(&p.project.config, &mut t);
         let line = crate::lock::LockEntry {
             before: "0".repeat(64),
             after: t.hash.clone(),
@@ -498,10 +500,21 @@ fn the_recipe_leaves_out_what_the_tree_and_the_machine_bring() {
     std::fs::write(dir.path().join("AGENTS.md"), "standing instructions\n").unwrap();
     let b = plan_with(dir.path(), &[("claude", "1.1")]);
     for name in ["e", "c", "n"] {
-        let (x, y) = (a.get(name).unwrap(), b.get(name).unwrap());
+        let recipe_of = |p: &Plan| {
+            let mut t = p.get(name).unwrap().clone();
+            assert_eq!(t.recipe, "", "not made while nothing needs it");
+            p.hashing.fill_recipe(&p.project.config, &mut t);
+            t
+        };
+        let (x, y) = (recipe_of(&a), recipe_of(&b));
         assert_ne!(x.hash, y.hash, "{name}: the input hash sees the change");
         assert_eq!(x.recipe, y.recipe, "{name}: the recipe does not");
     }
-    assert_eq!(a.get("e").unwrap().dependencies, None, "no dependencies, no hash");
-    assert!(a.get("c").unwrap().dependencies.is_some());
+    let filled = |name: &str| {
+        let mut t = a.get(name).unwrap().clone();
+        a.hashing.fill_recipe(&a.project.config, &mut t);
+        t
+    };
+    assert_eq!(filled("e").dependencies, None, "no dependencies, no hash");
+    assert!(filled("c").dependencies.is_some());
 }

@@ -170,7 +170,10 @@ impl TaskContext<'_> {
             date: date.to_owned(),
         };
         let previous = plan.store.get_entry(&self.task().hash);
-        match put_entry(&plan.store, self.task(), None, changes, &run) {
+        // What the lock line records to decide `verify` and `stale` later.
+        let mut before = self.task().clone();
+        plan.hashing.fill_recipe(&plan.project.config, &mut before);
+        match put_entry(&plan.store, &before, None, changes, &run) {
             Ok(entry) => Some(Recorded { entry, previous }),
             Err(e) => {
                 self.note(format!(
