@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::support::{Output, Project, S3Server, SilentServer, Test, TurboServer, write};
+use crate::support::{FloodServer, Output, Project, S3Server, SilentServer, Test, TurboServer, write};
 
 // ---------------------------------------------------------------------------
 // Support
@@ -570,4 +570,46 @@ fn a_verification_pushed_by_machine_a_spares_machine_b_the_acceptance_run() {
     c.file("cassist.lock", b.read("cassist.lock"));
     let plan = c.cassist(&["plan"]).env("CASSIST_REMOTE", "off").exec();
     assert_eq!(plan_states(&plan), all(&["one"], "verify"), "{}", plan.transcript());
+}
+
+// ---------------------------------------------------------------------------
+// Bounded reads
+
+#[test]
+fn a_remote_answering_with_gigabytes_costs_a_warning_not_the_memory() {
+    let flood = FloodServer::start();
+    let team = Team::new();
+    let cache = team.trusting(&format!("    remote \"turbo+http://127.0.0.1:{}\"", flood.port));
+    let p = team.machine(&cache, TASKS);
+    // `cassist plan` looks the tasks to run up: each answer is an endless
+    // body. Its peak memory, as the kernel counts it for a child.
+    let script = "import resource, subprocess, sys\n\
+                  r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n\
+                  sys.stdout.write(r.stdout + r.stderr)\n\
+                  print('exit', r.returncode)\n\
+                  print('maxrss-kb', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n";
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_cassist"))
+        .arg("plan")
+        .current_dir(p.path())
+        .env("HOME", p.home())
+        .env("TMPDIR", p.tmp())
+        .env("TURBO_TOKEN", "t")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("exit 0"), "{text}");
+    let rss_kb: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("maxrss-kb "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(rss_kb < 100 * 1024, "cassist plan peaked at {rss_kb} KB:\n{text}");
+    assert!(unwrapped(&text).contains("larger than it can be"), "{text}");
+    // It stopped reading long before the flood's end.
+    let sent = flood.sent.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(sent < FloodServer::FLOOD / 4, "the server sent {sent} bytes");
+    assert!(text.contains("3 tasks; 3 to run"), "the tasks stay to be run: {text}");
 }

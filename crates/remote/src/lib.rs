@@ -78,12 +78,40 @@ enum Backend {
     Turbo(turbo::Turbo),
 }
 
+/// The largest signed entry read from the remote: an entry names its
+/// changes' paths and objects (at most `limits { files }` of them), never
+/// their contents.
+pub const ENTRY_CAP: u64 = 16 << 20;
+
+/// Past this many bytes a read waits for its turn: one large read at a
+/// time, so that many lookups answered with floods hold at most one
+/// large buffer (and the small ones) at once.
+pub const LARGE_READ: u64 = 256 << 10;
+
+/// The largest object read from the remote, whatever the server sends: a
+/// file of a change, or a record (a transcript, a prompt, the patch) of a
+/// run, none of which the project's limits let grow past the largest of
+/// them.
+fn object_cap(limits: &cassist_core::limits::Limits) -> u64 {
+    limits.file_size.max(limits.change_size).max(limits.transcript).saturating_add(1 << 20)
+}
+
+/// A read given up: the remote offered more than a `name` can hold.
+fn too_large(name: &str, cap: u64) -> Fault {
+    Fault::Item(format!(
+        "{name} is larger than it can be ({} at most); not read",
+        cassist_core::limits::format_size(cap)
+    ))
+}
+
 impl Backend {
-    async fn get(&self, name: &str, limit: Duration) -> Result<Option<Vec<u8>>, Fault> {
+    /// `name`, read within `limit` and at most `cap` bytes; past
+    /// [`LARGE_READ`] bytes, only while holding `large` (one at a time).
+    async fn get(&self, name: &str, limit: Duration, cap: u64, large: &Semaphore) -> Result<Option<Vec<u8>>, Fault> {
         bounded(limit, async {
             match self {
-                Backend::S3(b) => b.get(name).await,
-                Backend::Turbo(b) => b.get(name).await,
+                Backend::S3(b) => b.get(name, cap, large).await,
+                Backend::Turbo(b) => b.get(name, cap, large).await,
             }
         })
         .await
@@ -136,6 +164,10 @@ struct Inner {
     signer: Option<SigningKey>,
     /// Why the remote is unavailable, once it is.
     down: Mutex<Option<String>>,
+    /// The largest object read ([`object_cap`]).
+    object_cap: u64,
+    /// The turn of large reads ([`LARGE_READ`]).
+    large: Semaphore,
 }
 
 impl Inner {
@@ -313,7 +345,15 @@ impl Remote {
             .build()
             .map_err(internal)?;
         Ok(Some(Remote {
-            inner: Arc::new(Inner { shown: url, backend, trusted, signer, down: Mutex::new(None) }),
+            inner: Arc::new(Inner {
+                shown: url,
+                backend,
+                trusted,
+                signer,
+                down: Mutex::new(None),
+                object_cap: object_cap(&config.limits),
+                large: Semaphore::new(1),
+            }),
             rt: Some(rt),
             deadline: Mutex::new(None),
             told: Default::default(),
@@ -559,7 +599,9 @@ impl Remote {
 /// when it is not used ([`EntryError::Down`]: the remote became
 /// unavailable).
 async fn look_up(inner: &Inner, before: &str) -> Result<Option<(Entry, String)>, EntryError> {
-    let Some(envelope) = inner.seen(inner.backend.get(&entry_name(before), REQUEST_TIMEOUT).await)? else {
+    let Some(envelope) =
+        inner.seen(inner.backend.get(&entry_name(before), REQUEST_TIMEOUT, ENTRY_CAP, &inner.large).await)?
+    else {
         return Ok(None);
     };
     let (bytes, signer) = sign::open(&envelope, before, &inner.trusted)?;
@@ -584,7 +626,9 @@ async fn fetch_objects(inner: &Inner, store: &Store, entry: Entry, signer: &str)
         if store.get_object(&h).is_ok() {
             continue;
         }
-        let Some(bytes) = inner.seen(inner.backend.get(&object_name(&h), TRANSFER_TIMEOUT).await)? else {
+        let Some(bytes) =
+            inner.seen(inner.backend.get(&object_name(&h), TRANSFER_TIMEOUT, inner.object_cap, &inner.large).await)?
+        else {
             return Err(EntryError::MissingObject(h));
         };
         let got = blake3::hash(&bytes).to_hex().to_string();

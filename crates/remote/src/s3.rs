@@ -47,9 +47,27 @@ impl S3 {
         Ok(S3 { op })
     }
 
-    pub async fn get(&self, name: &str) -> Result<Option<Vec<u8>>, Fault> {
-        match self.op.read(name).await {
-            Ok(buf) => Ok(Some(buf.to_vec())),
+    /// The object `name`, refused when the server says it is larger than
+    /// `cap` bytes, and never read past its stated length.
+    pub async fn get(&self, name: &str, cap: u64, large: &tokio::sync::Semaphore) -> Result<Option<Vec<u8>>, Fault> {
+        let len = match self.op.stat(name).await {
+            Ok(meta) => meta.content_length(),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(fault(e)),
+        };
+        if len > cap {
+            return Err(super::too_large(name, cap));
+        }
+        if len == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        let _turn = match len > super::LARGE_READ {
+            true => Some(large.acquire().await.map_err(|_| Fault::Item("the remote is closing".into()))?),
+            false => None,
+        };
+        match self.op.read_with(name).range(0..len).await {
+            Ok(buf) if buf.len() as u64 <= cap => Ok(Some(buf.to_vec())),
+            Ok(_) => Err(super::too_large(name, cap)),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(fault(e)),
         }

@@ -36,14 +36,41 @@ impl Turbo {
         }
     }
 
-    pub async fn get(&self, name: &str) -> Result<Option<Vec<u8>>, Fault> {
-        let resp = self.request(reqwest::Method::GET, name).send().await.map_err(down)?;
-        match status(resp.status())? {
-            false => Ok(None),
-            true => match resp.bytes().await {
-                Ok(b) => Ok(Some(b.to_vec())),
-                Err(e) => Err(Fault::Item(format!("truncated ({e})"))),
-            },
+    /// The artifact `name`, read as it comes and given up past `cap`
+    /// bytes (whatever length the server announces).
+    pub async fn get(&self, name: &str, cap: u64, large: &tokio::sync::Semaphore) -> Result<Option<Vec<u8>>, Fault> {
+        let mut resp = self.request(reqwest::Method::GET, name).send().await.map_err(down)?;
+        if !status(resp.status())? {
+            return Ok(None);
+        }
+        if let Some(len) = resp.content_length()
+            && len > cap
+        {
+            return Err(super::too_large(name, cap));
+        }
+        let mut turn = None;
+        let mut bytes = Vec::new();
+        loop {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => {
+                    let len = (bytes.len() + chunk.len()) as u64;
+                    if len > cap {
+                        return Err(super::too_large(name, cap));
+                    }
+                    if len > super::LARGE_READ && turn.is_none() {
+                        turn = Some(large.acquire().await.map_err(|_| Fault::Item("the remote is closing".into()))?);
+                        // Grown once, not doubled copy by copy: what a
+                        // large read holds is what it read.
+                        let announced = resp.content_length().unwrap_or(cap);
+                        bytes.reserve_exact(
+                            usize::try_from(announced.min(cap)).unwrap_or(0).saturating_sub(bytes.len()),
+                        );
+                    }
+                    bytes.extend_from_slice(&chunk);
+                }
+                Ok(None) => return Ok(Some(bytes)),
+                Err(e) => return Err(Fault::Item(format!("truncated ({e})"))),
+            }
         }
     }
 

@@ -19,7 +19,7 @@ use serde_json::Value;
 pub use cmd::{Cmd, Key, Output};
 pub use project::{Project, TRUSTED_NO_TESTS, Test, sh_agent_block};
 pub use sandbox::{Sandbox, sandbox_or_skip};
-pub use servers::{S3Server, SilentServer, TurboServer, curl, curl_with_body, run_installer, server_tool};
+pub use servers::{FloodServer, S3Server, SilentServer, TurboServer, curl, curl_with_body, run_installer, server_tool};
 
 /// The environment that makes cassist use copy workspaces.
 pub const COPY: &[(&str, &str)] = &[("CASSIST_WORKSPACE", "copy")];

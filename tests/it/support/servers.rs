@@ -668,3 +668,74 @@ impl Drop for SilentServer {
         }
     }
 }
+
+/// A server that answers every GET with an endless body (no length, the
+/// connection closed only when the client gives up: 2 GiB at most) and
+/// anything else with 404: a remote cache gone wrong, or hostile.
+pub struct FloodServer {
+    pub port: u16,
+    stop: Arc<AtomicBool>,
+    /// Bytes it sent, all connections together.
+    pub sent: Arc<std::sync::atomic::AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FloodServer {
+    pub const FLOOD: u64 = 2 << 30;
+
+    pub fn start() -> FloodServer {
+        use std::io::{Read, Write};
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (s, total) = (stop.clone(), sent.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let Ok((mut stream, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let (s, total) = (s.clone(), total.clone());
+                std::thread::spawn(move || {
+                    let _ = stream.set_nonblocking(false);
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).is_ok_and(|n| n == 1) {
+                        head.push(byte[0]);
+                    }
+                    if !head.starts_with(b"GET ") {
+                        let _ = stream
+                            .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                        return;
+                    }
+                    if stream
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n",
+                        )
+                        .is_err()
+                    {
+                        return;
+                    }
+                    let chunk = vec![b'x'; 64 << 10];
+                    let mut n = 0u64;
+                    while n < Self::FLOOD && !s.load(Ordering::Relaxed) && stream.write_all(&chunk).is_ok() {
+                        n += chunk.len() as u64;
+                        total.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        FloodServer { port, stop, sent, thread: Some(thread) }
+    }
+}
+
+impl Drop for FloodServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
