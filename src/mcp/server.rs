@@ -74,8 +74,15 @@ impl Drop for CallGuard {
 pub struct Server {
     serving: Arc<Serving>,
     calls: Arc<Calls>,
+    /// The calls being worked on, at most [`POOL`]: the others wait,
+    /// costing a small future each, not a thread.
+    pool: Arc<tokio::sync::Semaphore>,
     tool_router: ToolRouter<Server>,
 }
+
+/// Calls worked on at once (planning on a blocking thread, or a run on a
+/// thread of its own); runs take turns on the project lock anyway.
+pub const POOL: usize = 4;
 
 /// `run_tasks`: tasks of the project's task files by name, or tasks given
 /// inline.
@@ -165,12 +172,18 @@ fn internal(e: impl std::fmt::Display) -> ErrorData {
 
 impl Server {
     pub fn new(serving: Serving, calls: Arc<Calls>) -> Server {
-        Server { serving: Arc::new(serving), calls, tool_router: Self::tool_router() }
+        Server {
+            serving: Arc::new(serving),
+            calls,
+            pool: Arc::new(tokio::sync::Semaphore::new(POOL)),
+            tool_router: Self::tool_router(),
+        }
     }
 
     /// The plan of the project's task files, made on a blocking thread.
     async fn plan(&self) -> Result<Result<cassist_core::plan::Plan, Refused>, ErrorData> {
         let serving = self.serving.clone();
+        let _turn = self.pool.clone().acquire_owned().await.map_err(internal)?;
         tokio::task::spawn_blocking(move || serving.plan()).await.map_err(internal)
     }
 
@@ -207,9 +220,15 @@ impl Server {
         let call = RunCall { selection, max_cost, cancel: cancel.clone(), events };
         let serving = self.serving.clone();
         let (done, result) = tokio::sync::oneshot::channel();
+        // Its turn; a call cancelled while waiting for it ends there.
+        let turn = tokio::select! {
+            t = self.pool.clone().acquire_owned() => t.map_err(internal)?,
+            () = ctx.ct.cancelled() => return Err(ErrorData::internal_error("cancelled before it started", None)),
+        };
         std::thread::Builder::new()
             .name("cassist-mcp-run".into())
             .spawn(move || {
+                let _turn = turn;
                 let mut finished = |end: &TaskEnd| {
                     let _ = news.send(format!("{}: {}", end.name(), end.shown_state()));
                 };

@@ -432,3 +432,36 @@ fn sigterm_stops_the_server_and_its_calls_as_ctrl_c_stops_a_run() {
     assert!(workspaces_in(&tmp).is_empty(), "workspaces left: {:?}", workspaces_in(&tmp));
     assert_same_tree(&p.tree(), &before, "the user's tree changed");
 }
+
+#[test]
+fn hundreds_of_calls_at_once_are_served_by_a_bounded_pool() {
+    const CALLS: usize = 600;
+    let p = counting_project("\"ok\"", |t| t.git());
+    let mut m = mcp(&p, &[]);
+    let pid = m.pid();
+    let threads = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|v| v.trim().parse::<usize>().ok())
+            })
+            .unwrap_or(0)
+    };
+    let mut ids: std::collections::HashSet<u64> =
+        (0..CALLS).map(|_| m.send("tools/call", json!({"name": "list_tasks", "arguments": {}}))).collect();
+    let mut peak = threads();
+    while !ids.is_empty() {
+        let Some(v) = m.next(Duration::from_secs(120)) else { panic!("{} calls unanswered", ids.len()) };
+        if v.get("method").is_none()
+            && let Some(id) = v["id"].as_u64()
+        {
+            assert!(v["result"]["isError"] != true, "{v}");
+            ids.remove(&id);
+        }
+        peak = peak.max(threads());
+    }
+    // The async runtime's workers, the reader and writer, a bounded pool
+    // of calls: not a thread per call.
+    assert!(peak <= 24, "{peak} threads for {CALLS} calls at once");
+    assert!(m.close(Duration::from_secs(10)).success());
+}
