@@ -105,17 +105,19 @@ pub fn acceptance_failed(task: &mut TaskContext<'_>, f: &AcceptanceResult) -> Re
 /// The failure of a task whose acceptance command `f` failed in its last
 /// iteration, `iteration`.
 fn acceptance_failure(f: &AcceptanceResult, iteration: u32) -> Failure {
+    Failure::failed(format!("{} after {iteration} iteration{}", failed(f), if iteration == 1 { "" } else { "s" }))
+        .with_tail(f.tail.clone())
+}
+
+/// How acceptance command `f` failed, in words: "acceptance command `make
+/// test` failed (exit code 2)" (or "(timed out)", "(killed)").
+pub fn failed(f: &AcceptanceResult) -> String {
     let why = match (f.timed_out, f.exit_code) {
         (true, _) => "timed out".to_owned(),
         (false, Some(c)) => format!("exit code {c}"),
         (false, None) => "killed".to_owned(),
     };
-    Failure::failed(format!(
-        "acceptance command `{}` failed ({why}) after {iteration} iteration{}",
-        f.command,
-        if iteration == 1 { "" } else { "s" }
-    ))
-    .with_tail(f.tail.clone())
+    format!("acceptance command `{}` failed ({why})", f.command)
 }
 
 #[cfg(test)]

@@ -39,8 +39,9 @@ use crate::accept::AcceptanceResult;
 /// not executable (126), not found (127).
 const CANNOT_START: [i32; 2] = [126, 127];
 
-/// How much of a failing command's output a `--locked` refusal quotes.
-const TAIL_LINES: usize = 12;
+/// How much of a failing command's output a `--locked` refusal quotes, in
+/// bytes (from the start of a line).
+const TAIL_BYTES: usize = 1024;
 
 /// What a verification found.
 #[derive(Debug, Clone)]
@@ -196,16 +197,8 @@ impl Runner {
     /// task: the agent runs (`--locked`: refused, saying which command
     /// failed and how).
     fn unmet(&self, t: &PlannedTask, failed: &AcceptanceResult) -> TaskResult {
-        let why = format!(
-            "acceptance command `{}` {} on the tree as it is",
-            failed.command,
-            match (failed.timed_out, failed.exit_code) {
-                (true, _) => "timed out".to_owned(),
-                (false, Some(c)) => format!("failed (exit code {c})"),
-                (false, None) => "was killed".to_owned(),
-            }
-        );
-        let tail = self.redactor.redact(&last_lines(&failed.tail, TAIL_LINES));
+        let why = format!("{} on the tree as it is", super::acceptance::failed(failed));
+        let tail = self.redactor.redact(&cassist_core::text::tail_lines(&failed.tail, TAIL_BYTES));
         if self.locked {
             let quoted = if tail.trim().is_empty() { String::new() } else { format!("; its output ends:\n{tail}") };
             let mut r = TaskResult::new(t.skipped(format!("--locked: an agent would be needed ({why})")));
@@ -233,30 +226,10 @@ fn verification(task: &mut TaskContext<'_>) -> Result<Verdict, Failure> {
     if let Some(code) = failed.exit_code.filter(|c| CANNOT_START.contains(c)) {
         let what = if code == 127 { "command not found" } else { "not executable" };
         return Err(Failure::failed(format!(
-            "environment failure, no agent was called: acceptance command `{}` could not start in the task's sandbox (exit {code}: {what}); its program is not installed, or on a path the sandbox hides (`sandbox {{ read \"PATH\" }}` in cassist.kdl makes one visible)",
+            "environment failure, no agent was called: acceptance command `{}` could not start in the task's sandbox (exit {code}: {what}); its program is not installed, or lives where the task's sandbox does not show it (a private temp folder, another home)",
             failed.command
         ))
         .with_tail(failed.tail));
     }
     Ok(Verdict::Unmet(failed))
-}
-
-/// The last `n` lines of `text`.
-fn last_lines(text: &str, n: usize) -> String {
-    let trimmed = text.trim_end();
-    let start = trimmed.rmatch_indices('\n').nth(n.saturating_sub(1)).map_or(0, |(i, _)| i + 1);
-    trimmed[start..].to_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_last_lines_of_an_output() {
-        assert_eq!(last_lines("a\nb\nc\n", 2), "b\nc");
-        assert_eq!(last_lines("a\nb\nc", 5), "a\nb\nc");
-        assert_eq!(last_lines("", 3), "");
-        assert_eq!(last_lines("only\n\n", 1), "only");
-    }
 }
