@@ -627,9 +627,8 @@ impl Schedule<'_> {
     /// of its lock line's run: its lock line takes it now.
     fn record_verified(&mut self, t: &PlannedTask) {
         let plan = &self.runner.plan;
-        let Some(mut line) = self.lock.tasks.get(&t.task.name).cloned() else { return };
-        let outputs = plan.outputs_now(&line);
-        crate::runner::record::update_after(&plan.store, &mut line, t, outputs);
+        let Some(line) = self.lock.tasks.get(&t.task.name) else { return };
+        let line = crate::runner::record::verified_line(plan, line, t);
         let line = cassist_core::lock::LockLine { task: t.task.name.clone(), entry: Some(line) };
         match Lock::update(&plan.project.root, std::slice::from_ref(&line)) {
             Ok(()) => {

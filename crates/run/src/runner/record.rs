@@ -255,3 +255,14 @@ pub fn update_after(store: &Store, entry: &mut LockEntry, t: &PlannedTask, outpu
         }
     }
 }
+
+/// Lock line `line` of task `t`, its after-state moved to the tree as it
+/// is now (`t` hashed on it) with the outputs there, in the store entry of
+/// its run too ([`update_after`]): what a verification that passed
+/// records.
+pub fn verified_line(plan: &cassist_core::plan::Plan, line: &LockEntry, t: &PlannedTask) -> LockEntry {
+    let mut line = line.clone();
+    let outputs = plan.outputs_now(&line);
+    update_after(&plan.store, &mut line, t, outputs);
+    line
+}

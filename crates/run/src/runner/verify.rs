@@ -166,10 +166,8 @@ impl Runner {
     fn verified(&self, t: &PlannedTask, line: &cassist_core::lock::LockEntry, mut result: TaskResult) -> TaskResult {
         result.end.report.state = TaskState::Verified;
         result.end.report.changed_files.clear();
-        let mut line = line.clone();
-        let outputs = self.plan.outputs_now(&line);
+        let line = super::record::verified_line(&self.plan, line, t);
         let store = &self.plan.store;
-        super::record::update_after(store, &mut line, t, outputs);
         // No entry of the recorded run took the new after-state (a fresh
         // clone): recorded beside, for the next run of the same tree.
         if !matches!(store.read_entry(&line.before), Ok(Some(_)))
