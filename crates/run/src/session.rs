@@ -28,6 +28,7 @@ use cassist_core::{errln, fsx};
 use cassist_sandbox::process::{Cancel, Redactor};
 
 use crate::runner::Runner;
+use crate::runner::network::{self, Egress};
 use crate::scheduler;
 use crate::workspace::{self, Mode};
 
@@ -161,6 +162,15 @@ impl Session {
         }
         let Session { plan, lock, team } = self;
         let quiet = settings.quiet;
+        let egress = Egress::new(&plan.project.config).map_err(|bad| {
+            Error::Invalid(vec![
+                SpecDiagnostic::error(
+                    "network-allow",
+                    format!("{} holds entries that are not hosts: {}", network::ALLOW_VAR, bad.join(", ")),
+                )
+                .help("list host names or addresses, each with an optional :port, separated by commas (`127.0.0.1:9000,pkg.internal`)"),
+            ])
+        })?;
         let exe = std::env::current_exe().map_err(Error::Binary)?;
         let workspaces = workspace::parent_dir(&plan.project.root);
         workspace::remove_stale_in_background(&workspaces);
@@ -179,7 +189,7 @@ impl Session {
                 None => "CASSIST_WORKSPACE=copy".to_owned(),
             };
             errln!(
-                "note: {because}; each task works on a copy of the project instead, and its commands go without what namespaces give: a private /tmp, /var/tmp and /dev, a PID namespace of their own (they see every process of the machine), a read-only .git, ptys, and a copy-on-write view of the agents' state folders (what an agent writes in ~/.claude, ~/.codex, ~/.gemini, ~/.factory or ~/.cache stays there)"
+                "note: {because}; each task works on a copy of the project instead, and its commands go without what namespaces give: a private /tmp, /var/tmp and /dev, a PID namespace of their own (they see every process of the machine), a read-only .git, ptys, and a copy-on-write view of the agents' state folders (what an agent writes in ~/.claude, ~/.codex, ~/.gemini, ~/.factory or ~/.cache stays there), and a network of their own: they reach any host, the machine's loopback services included, and an agent holds its API key itself"
             );
         }
         let run_dir = fsx::state_dir(&plan.project.root).join("runs").join(run_id());
@@ -200,7 +210,12 @@ impl Session {
                 "note: this kernel has no Landlock: sandbox levels rely on the agents' own flags and on the review of each change{copy}"
             );
         }
-        Ok(Prepared { plan, lock, team, exe, wrapper, workspaces, mode, run_dir, landlock, settings })
+        if mode == Mode::Overlay && egress.setup_is_open() && !plan.project.config.setup.is_empty() && !quiet {
+            errln!(
+                "note: setup commands may reach any public host, as cassist.kdl has no `network` block; name the hosts they need with `network {{ allow \"registry.npmjs.org\" }}` (agents and acceptance commands reach only those)"
+            );
+        }
+        Ok(Prepared { plan, lock, team, exe, wrapper, workspaces, mode, run_dir, landlock, settings, egress })
     }
 }
 
@@ -274,6 +289,7 @@ pub struct Prepared {
     run_dir: PathBuf,
     landlock: bool,
     settings: Settings,
+    egress: Egress,
 }
 
 impl Prepared {
@@ -300,7 +316,7 @@ impl Prepared {
         events: Events,
         sink: &mut dyn Sink,
     ) -> Ran {
-        let Prepared { plan, lock, team, exe, wrapper, workspaces, mode, run_dir, landlock, settings } = self;
+        let Prepared { plan, lock, team, exe, wrapper, workspaces, mode, run_dir, landlock, settings, egress } = self;
         if settings.locked {
             again::undo(&mut tasks);
         } else {
@@ -325,6 +341,7 @@ impl Prepared {
             integration: Default::default(),
             pending: Default::default(),
             verifications: Default::default(),
+            egress,
         });
         cassist_core::plan::timing("prepare run");
         let opts = scheduler::Options {

@@ -49,6 +49,14 @@ impl Agent for Claude {
         "CLAUDE.md"
     }
 
+    fn api_hosts(&self) -> Vec<String> {
+        vec!["api.anthropic.com".into(), "console.anthropic.com".into(), "claude.ai".into()]
+    }
+
+    fn broker(&self) -> Option<&'static super::BrokerVars> {
+        Some(&BROKER)
+    }
+
     fn argv(&self, input: &AdapterInput<'_>) -> Vec<String> {
         argv(input)
     }
@@ -74,6 +82,14 @@ pub const ENV: &[&str] = &[
     "ANTHROPIC_VERTEX_PROJECT_ID",
     "CLOUD_ML_REGION",
 ];
+
+/// Its base URL and keys (an API key as `x-api-key`, a token as
+/// `Bearer`).
+pub static BROKER: super::BrokerVars = super::BrokerVars {
+    base_var: "ANTHROPIC_BASE_URL",
+    default_base: "https://api.anthropic.com",
+    keys: &[("ANTHROPIC_API_KEY", "x-api-key", false), ("ANTHROPIC_AUTH_TOKEN", "authorization", true)],
+};
 
 /// Set for every run: Claude Code otherwise calls home (telemetry, an MCP
 /// registry) even with a custom base URL.

@@ -29,6 +29,10 @@ impl Agent for Codex {
         super::with_network_env(ENV)
     }
 
+    fn api_hosts(&self) -> Vec<String> {
+        ["api.openai.com", "chatgpt.com", "auth.openai.com"].map(String::from).to_vec()
+    }
+
     fn state_vars(&self) -> &[&str] {
         &["CODEX_HOME"]
     }

@@ -29,6 +29,10 @@ impl Agent for Droid {
         super::with_network_env(ENV)
     }
 
+    fn api_hosts(&self) -> Vec<String> {
+        ["api.factory.ai", "app.factory.ai"].map(String::from).to_vec()
+    }
+
     fn extra_env(&self, model: Option<&str>) -> Vec<(String, String)> {
         extra_env(model)
     }

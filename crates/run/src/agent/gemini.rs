@@ -37,6 +37,16 @@ impl Agent for Gemini {
         "GEMINI.md"
     }
 
+    fn api_hosts(&self) -> Vec<String> {
+        ["generativelanguage.googleapis.com", "cloudcode-pa.googleapis.com", "oauth2.googleapis.com"]
+            .map(String::from)
+            .to_vec()
+    }
+
+    fn broker(&self) -> Option<&'static super::BrokerVars> {
+        Some(&BROKER)
+    }
+
     fn argv(&self, input: &AdapterInput<'_>) -> Vec<String> {
         argv(input)
     }
@@ -45,6 +55,13 @@ impl Agent for Gemini {
         Some(parse(text, outcome))
     }
 }
+
+/// Its base URL and keys (sent as `x-goog-api-key`).
+pub static BROKER: super::BrokerVars = super::BrokerVars {
+    base_var: "GOOGLE_GEMINI_BASE_URL",
+    default_base: "https://generativelanguage.googleapis.com",
+    keys: &[("GEMINI_API_KEY", "x-goog-api-key", false), ("GOOGLE_API_KEY", "x-goog-api-key", false)],
+};
 
 /// Variables Gemini CLI gets: its keys, endpoint, model and the Vertex
 /// settings.

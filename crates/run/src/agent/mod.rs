@@ -116,6 +116,19 @@ pub trait Agent: Send + Sync + std::fmt::Debug {
     /// not read (a custom command reports through its result file).
     fn parse(&self, text: &str, outcome: process::Outcome, io: &Path) -> Option<AgentOutput>;
 
+    /// The hosts of its model API (and its login), which it may reach
+    /// from its network namespace besides the project's own hosts.
+    fn api_hosts(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// How its API key is kept out of its sandbox: the variables of its
+    /// base URL and keys ([`BrokerVars`]); `None` for a CLI that cannot be
+    /// pointed at another base URL.
+    fn broker(&self) -> Option<&'static BrokerVars> {
+        None
+    }
+
     /// What the user is told about the sandbox of a run with `argv` at
     /// `level` (`landlock`: under cassist's Landlock sandbox), when the
     /// CLI's own sandbox had to be left off.
@@ -123,6 +136,23 @@ pub trait Agent: Send + Sync + std::fmt::Debug {
         None
     }
 }
+
+/// Where a CLI reads its API's base URL and key: with a key in cassist's
+/// environment, the CLI gets the proxy as its base URL and a placeholder
+/// key, and the proxy adds the real one ([`cassist_egress::Broker`]).
+#[derive(Debug)]
+pub struct BrokerVars {
+    /// The variable of its base URL.
+    pub base_var: &'static str,
+    /// The base URL when that variable is not set.
+    pub default_base: &'static str,
+    /// The variables of its key, in the order the CLI prefers them, each
+    /// with the header the key goes in and whether as `Bearer` token.
+    pub keys: &'static [(&'static str, &'static str, bool)],
+}
+
+/// The key a CLI is given in place of its real one.
+pub const PLACEHOLDER_KEY: &str = "cassist-brokered-key";
 
 /// The folders under `$HOME` `agent` may write: its own, then the shared
 /// ones.

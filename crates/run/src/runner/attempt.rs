@@ -87,6 +87,9 @@ pub fn attempt(task: &mut TaskContext<'_>, req: &Request<'_>) -> Result<Step, Fa
             // any.
             return agents::next_after_start_failure(task, &e.to_string());
         }
+        Err(super::CommandError::Refused(why)) => {
+            return Err(Failure::failed(format!("agent `{}` failed: {why}", inv.name())));
+        }
         Err(e) => return Err(Failure::failed(format!("cannot start agent `{}`: {e}", inv.name()))),
     };
     if finished.outcome == Outcome::Exited(cassist_sandbox::sandbox::NOT_FOUND)
@@ -126,7 +129,12 @@ fn run_agent(
     let (t, runner, ws) = (task.task(), task.runner(), task.workspace());
     let subtask = req.part.name(task.name());
     let env = agent_env(inv, req, &subtask, files, t.model.as_deref());
-    let jail = runner.jail(Role::Agent, t.sandbox, ws, Some(&files.io), Some(inv), &env);
+    let mut jail = runner.jail(Role::Agent, t.sandbox, ws, Some(&files.io), Some(inv), &env);
+    let net = task.network(Role::Agent, Some(inv), &mut jail)?;
+    let mut env = env;
+    if let Some(net) = &net {
+        super::network::set_env(&mut env, &net.env);
+    }
     let landlock = jail.landlock;
     // A built-in adapter maps the sandbox level, the kind, the turn cap and
     // the budget onto its CLI's own flags.
@@ -164,7 +172,9 @@ fn run_agent(
     cmd.stdin = Some(req.prompt.to_owned().into_bytes());
     cmd.timeout = Some(req.timeout);
     cmd.transcript = Some(files.transcript.clone());
-    runner.run(&cmd)
+    let finished = runner.run(&cmd)?;
+    task.after_network(net.as_ref(), &finished)?;
+    Ok(finished)
 }
 
 /// What a run that started came to: counted, its cost added, then judged

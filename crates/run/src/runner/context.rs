@@ -54,6 +54,8 @@ pub struct TaskContext<'a> {
     /// `TMPDIR` is private: `/tmp`, or copy mode's own folder).
     base_env: Vec<(OsString, OsString)>,
     facts: Facts,
+    /// The hosts the egress proxy refused its commands, by host.
+    refused: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
     /// The iteration running now, from 1: a failed review or acceptance
     /// goes back to the agent in the next, up to the task's
     /// `max-iterations`.
@@ -86,6 +88,7 @@ impl<'a> TaskContext<'a> {
             agents,
             base_env: invoke::environment(&[], &[("TMPDIR".into(), tmp.into())]),
             facts,
+            refused: Default::default(),
             iteration: 1,
             feedback: None,
             started: Instant::now(),
@@ -280,11 +283,66 @@ impl<'a> TaskContext<'a> {
             crate::workspace::remove_tree(&tmp);
             std::fs::create_dir_all(&tmp)?;
         }
-        let jail = self.runner.jail(role, self.t.sandbox, &self.ws, None, None, &self.base_env);
+        let mut jail = self.runner.jail(role, self.t.sandbox, &self.ws, None, None, &self.base_env);
+        let net = self.network(role, None, &mut jail)?;
         let mut c = self.ws.sandboxed(layer, vec!["sh".into(), "-c".into(), cmd.into()], jail)?;
         c.env = self.base_env.clone();
+        if let Some(net) = &net {
+            super::network::set_env(&mut c.env, &net.env);
+        }
         c.timeout = timeout;
         c.transcript = Some(log.to_path_buf());
-        self.runner.run(&c)
+        let finished = self.runner.run(&c)?;
+        self.after_network(net.as_ref(), &finished)?;
+        Ok(finished)
+    }
+
+    /// The network of a command of `role` that `jail` confines (`inv`:
+    /// the agent's): with namespaces and below `full`, a namespace of its
+    /// own whose way out is a new lease of the egress proxy, set in
+    /// `jail`; the command's variables and lease, to keep until it ends.
+    pub fn network(
+        &self,
+        role: Role,
+        inv: Option<&crate::agent::invoke::Invocation>,
+        jail: &mut cassist_sandbox::sandbox::Jail,
+    ) -> Result<Option<super::network::CommandNet>, super::CommandError> {
+        if self.runner.mode != Mode::Overlay || !jail.confined || role == Role::Replay {
+            return Ok(None);
+        }
+        let net = self.runner.egress.command(role, inv).map_err(super::CommandError::Network)?;
+        jail.network = net.network.clone();
+        Ok(Some(net))
+    }
+
+    /// After a command with `net`: what the proxy refused it is recorded
+    /// (`network.json` in the task's record, and a note); a command that
+    /// failed while refused a host failed for that
+    /// ([`super::CommandError::Refused`]).
+    pub fn after_network(
+        &self,
+        net: Option<&super::network::CommandNet>,
+        finished: &process::Finished,
+    ) -> Result<(), super::CommandError> {
+        let Some(lease) = net.and_then(|n| n.lease.as_ref()) else { return Ok(()) };
+        let refused = lease.refused();
+        if refused.is_empty() {
+            return Ok(());
+        }
+        let shown: Vec<String> = refused.iter().map(|(h, n)| format!("{h} ({n}×)")).collect();
+        self.note(format!("network refused: {}", shown.join(", ")));
+        let all = {
+            let mut all = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+            for (h, n) in &refused {
+                *all.entry(h.clone()).or_default() += n;
+            }
+            all.clone()
+        };
+        let doc = serde_json::json!({ "refused": all });
+        let _ = std::fs::write(self.record.join("network.json"), serde_json::to_vec_pretty(&doc).unwrap_or_default());
+        if !finished.success() && finished.outcome != cassist_sandbox::process::Outcome::Cancelled {
+            return Err(super::CommandError::Refused(super::network::refused_reason(&refused)));
+        }
+        Ok(())
     }
 }

@@ -75,6 +75,13 @@ pub enum CommandError {
     Workspace(#[from] crate::workspace::Error),
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The egress proxy could not serve the command.
+    #[error("{0}")]
+    Network(String),
+    /// It failed while the egress proxy refused it a host: an environment
+    /// failure, never the agent's to fix ([`super::network::refused_reason`]).
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl CommandError {
@@ -84,7 +91,9 @@ impl CommandError {
         match self {
             CommandError::Start(e) => e.kind(),
             CommandError::Workspace(crate::workspace::Error::Io(e)) | CommandError::Io(e) => e.kind(),
-            CommandError::Workspace(_) => std::io::ErrorKind::Other,
+            CommandError::Workspace(_) | CommandError::Network(_) | CommandError::Refused(_) => {
+                std::io::ErrorKind::Other
+            }
         }
     }
 }

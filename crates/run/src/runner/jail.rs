@@ -135,6 +135,13 @@ impl Runner {
             landlock: self.landlock,
             grace: Some(GRACE),
             state,
+            // The replay helper (cassist itself) needs no network; the
+            // other roles get theirs from the task ([`super::network`]).
+            network: if role == Role::Replay && self.mode == Mode::Overlay {
+                cassist_sandbox::sandbox::Network::Isolated
+            } else {
+                cassist_sandbox::sandbox::Network::Host
+            },
         }
     }
 

@@ -26,6 +26,7 @@ pub mod flush;
 mod integrate;
 mod jail;
 mod judge;
+pub mod network;
 pub mod record;
 mod replay;
 mod setup;
@@ -149,6 +150,9 @@ pub struct Runner {
     /// The verifications of this run (tasks in state `verify`), each run
     /// once ([`verify`]).
     pub verifications: Verifications,
+    /// What each command of a task may reach, and the proxy that lets it
+    /// ([`network`]).
+    pub egress: network::Egress,
 }
 
 /// A task that passed: its state, and what the scheduler records.

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{ExecSpec, Overlay, StateViews, WRAPPER_COMMAND};
+use super::{ExecSpec, Network, Overlay, StateViews, WRAPPER_COMMAND};
 
 /// Why the wrapper's arguments are not a spec [`ExecSpec::to_args`] wrote.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +81,14 @@ impl ExecSpec {
             args.push("--parent".into());
             args.push(p.to_string().into());
         }
+        match &self.network {
+            Network::Host => {}
+            Network::Isolated => args.push("--net-isolated".into()),
+            Network::Proxy(p) => {
+                args.push("--net-proxy".into());
+                args.push(p.into());
+            }
+        }
         if let Some(s) = &self.state {
             args.push("--state-dir".into());
             args.push(s.dir.clone().into());
@@ -120,6 +128,7 @@ impl ExecSpec {
                 "--namespaces" => spec.namespaces = true,
                 "--confined" => spec.confined = true,
                 "--landlock" => spec.landlock = true,
+                "--net-isolated" => spec.network = Network::Isolated,
                 _ => {
                     let value = args.next().ok_or_else(|| ArgsError::NoValue(flag.clone()))?;
                     let path = PathBuf::from(&value);
@@ -136,6 +145,7 @@ impl ExecSpec {
                         "--state-dir" => state_dir = Some(path),
                         "--state" => state.push(path),
                         "--shared" => shared.push(path),
+                        "--net-proxy" => spec.network = Network::Proxy(path),
                         "--parent" => {
                             let pid = value.to_str().and_then(|v| v.parse().ok()).ok_or(ArgsError::NotAPid)?;
                             spec.parent = Some(pid);
@@ -197,6 +207,7 @@ mod tests {
                 shared: vec!["/home/u/.cache/keep".into()],
             }),
             parent: Some(4242),
+            network: Network::Proxy("/ws/egress/1.sock".into()),
             argv: vec!["sh".into(), "-c".into(), "--".into(), odd.clone(), "--cwd".into()],
         };
         let plain = ExecSpec { cwd: "/w".into(), argv: vec!["true".into()], ..ExecSpec::default() };

@@ -11,7 +11,7 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::{ForkResult, Pid, fork};
 
 use super::supervise::{Supervisor, exit_like};
-use super::{ExecSpec, SETUP_FAILED, WRAPPER_ENV, confine, fail, mounts};
+use super::{ExecSpec, SETUP_FAILED, WRAPPER_ENV, confine, fail, mounts, net};
 
 /// `cassist __sandbox-exec ARGS`: reads the spec and execs (never returns).
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ! {
@@ -56,6 +56,12 @@ pub fn exec(spec: &ExecSpec) -> ! {
     if let Err(e) = mounts::enter_namespaces() {
         fail(e);
     }
+    // Held open until the namespace is gone (the init inherits it): its
+    // end tells cassist to stop serving the command's network.
+    let _egress = match net::enter(&spec.network) {
+        Ok(stream) => stream,
+        Err(e) => fail(e),
+    };
     // The init tells through this pipe which signal ended the command: its
     // own exit can only be a code. Close-on-exec: the command never holds
     // it (it could forge a "killed" report).

@@ -81,6 +81,7 @@ mod confine;
 mod exec;
 mod host;
 mod mounts;
+mod net;
 mod spec;
 mod supervise;
 
@@ -88,6 +89,7 @@ pub use args::ArgsError;
 pub use build_id::build_id;
 pub use exec::{exec, main};
 pub use host::{landlock_abi, overlay_safe, probe, userns_available};
+pub use net::{NetError, Network, PROXY_ADDR, proxy_env, receive_fd, socket_path_fits};
 pub use spec::{ExecSpec, Jail, Overlay, PRIVATE_TEMP, StateViews};
 
 /// Exit code of the wrapper when the namespace or the mount could not be

@@ -5,6 +5,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::net::Network;
+
 /// What `__sandbox-exec` is asked to do.
 #[derive(Debug, Clone, Default)]
 pub struct ExecSpec {
@@ -43,6 +45,8 @@ pub struct ExecSpec {
     /// between `fork` and `exec`, and starts the wrapper the cheap way
     /// (`posix_spawn`: no copy of its address space).
     pub parent: Option<u32>,
+    /// The command's network (with namespaces).
+    pub network: Network,
     pub argv: Vec<OsString>,
 }
 
@@ -57,6 +61,8 @@ pub struct Jail {
     pub landlock: bool,
     pub grace: Option<Duration>,
     pub state: Option<StateViews>,
+    /// With namespaces: the network it gets (see [`Network`]).
+    pub network: Network,
 }
 
 /// An agent's state folders and files (canonical paths), seen
@@ -114,7 +120,7 @@ impl ExecSpec {
         cwd: &Path,
         argv: Vec<OsString>,
     ) -> ExecSpec {
-        let Jail { confined, mut hide, mut keep, writable, landlock, grace, state } = jail;
+        let Jail { confined, mut hide, mut keep, writable, landlock, grace, state, network } = jail;
         let mut read_only: Vec<PathBuf> = git_dir(root).into_iter().collect();
         if confined {
             // cassist's own state: its store, lock and records.
@@ -139,6 +145,7 @@ impl ExecSpec {
             grace,
             state,
             parent: Some(std::process::id()),
+            network: if namespaces { network } else { Network::Host },
             argv,
         }
     }

@@ -1,0 +1,295 @@
+//! Which hosts a command may reach: its [`Policy`], rule by rule
+//! ([`HostRule`]), and which addresses a name may lead to
+//! ([`AddrClass`]).
+//!
+//! Two sources of rules, trusted differently. The project's files (its
+//! `network { allow … }`, an agent's `allow`) may name public hosts only:
+//! whatever the name resolves to must be a public address, so a pull
+//! request cannot open the CI runner's loopback services or its cloud
+//! metadata. The user's own rules (`CASSIST_NETWORK_ALLOW`) may also open
+//! loopback and private addresses. Nothing opens a link-local address
+//! (169.254.0.0/16, fe80::/10): the cloud metadata services live there.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// What kind of address an IP is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddrClass {
+    Public,
+    /// 127.0.0.0/8, ::1.
+    Loopback,
+    /// 10/8, 172.16/12, 192.168/16, 100.64/10 (carrier-grade NAT),
+    /// fc00::/7.
+    Private,
+    /// 169.254/16 and fe80::/10, where cloud metadata services answer
+    /// (169.254.169.254, fd00:ec2::254 is classed here too).
+    LinkLocal,
+    /// 0.0.0.0, ::, broadcast and multicast: never a server.
+    Unroutable,
+}
+
+/// The class of `ip` (an IPv4 address mapped into IPv6 is classed as the
+/// IPv4 one).
+pub fn classify(ip: IpAddr) -> AddrClass {
+    match ip {
+        IpAddr::V4(v4) => classify_v4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => classify_v4(v4),
+            None => classify_v6(v6),
+        },
+    }
+}
+
+fn classify_v4(ip: Ipv4Addr) -> AddrClass {
+    let [a, b, ..] = ip.octets();
+    if ip.is_loopback() {
+        AddrClass::Loopback
+    } else if ip.is_link_local() {
+        AddrClass::LinkLocal
+    } else if ip.is_private() || (a == 100 && (64..128).contains(&b)) {
+        AddrClass::Private
+    } else if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || a == 0 {
+        AddrClass::Unroutable
+    } else {
+        AddrClass::Public
+    }
+}
+
+fn classify_v6(ip: Ipv6Addr) -> AddrClass {
+    let first = ip.segments()[0];
+    // The metadata address of AWS over IPv6.
+    if ip == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) {
+        return AddrClass::LinkLocal;
+    }
+    if ip.is_loopback() {
+        AddrClass::Loopback
+    } else if first & 0xffc0 == 0xfe80 {
+        AddrClass::LinkLocal
+    } else if first & 0xfe00 == 0xfc00 {
+        AddrClass::Private
+    } else if ip.is_unspecified() || ip.is_multicast() {
+        AddrClass::Unroutable
+    } else {
+        AddrClass::Public
+    }
+}
+
+/// One allowed host: a name (`api.example.com`), every name below a
+/// domain (`*.example.com`), or an address; on every port, or one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostRule {
+    /// Lower case, without the `*.` of a wildcard.
+    host: String,
+    wildcard: bool,
+    port: Option<u16>,
+}
+
+impl HostRule {
+    /// Reads `host`, `*.domain`, `host:port`, an IPv4 address with or
+    /// without a port, an IPv6 address, or `[v6]:port`; `None` when it is
+    /// none of them.
+    pub fn parse(text: &str) -> Option<HostRule> {
+        let text = text.trim();
+        let (host, port) = split_host_port(text)?;
+        let (wildcard, host) = match host.strip_prefix("*.") {
+            Some(rest) => (true, rest),
+            None => (false, host),
+        };
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        let valid = if host.parse::<IpAddr>().is_ok() {
+            !wildcard
+        } else {
+            !host.is_empty()
+                && host.split('.').all(|label| {
+                    !label.is_empty()
+                        && label.len() <= 63
+                        && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                        && !label.starts_with('-')
+                        && !label.ends_with('-')
+                })
+        };
+        valid.then_some(HostRule { host, wildcard, port })
+    }
+
+    /// Whether a connection to `host` (lower case) on `port` is this rule's.
+    pub fn matches(&self, host: &str, port: u16) -> bool {
+        if self.port.is_some_and(|p| p != port) {
+            return false;
+        }
+        if self.wildcard {
+            host.strip_suffix(self.host.as_str()).is_some_and(|rest| rest.ends_with('.') && rest.len() > 1)
+        } else {
+            host == self.host
+        }
+    }
+
+    /// The address the rule names, when it names one.
+    pub fn address(&self) -> Option<IpAddr> {
+        self.host.parse().ok()
+    }
+}
+
+impl std::fmt::Display for HostRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.wildcard {
+            f.write_str("*.")?;
+        }
+        match (self.host.contains(':'), self.port) {
+            (true, Some(p)) => write!(f, "[{}]:{p}", self.host),
+            (false, Some(p)) => write!(f, "{}:{p}", self.host),
+            _ => f.write_str(&self.host),
+        }
+    }
+}
+
+/// `host` and its port from `host:port`, `[v6]:port`, a bare IPv6
+/// address or a bare host.
+pub fn split_host_port(text: &str) -> Option<(&str, Option<u16>)> {
+    if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        return match after {
+            "" => Some((host, None)),
+            _ => Some((host, Some(after.strip_prefix(':')?.parse().ok()?))),
+        };
+    }
+    if text.parse::<Ipv6Addr>().is_ok() {
+        return Some((text, None));
+    }
+    match text.rsplit_once(':') {
+        Some((host, port)) => Some((host, Some(port.parse().ok()?))),
+        None => Some((text, None)),
+    }
+}
+
+/// The rules of [`HostRule::parse`] in `text`, split at commas and white
+/// space (`CASSIST_NETWORK_ALLOW`); the entries that do not read.
+pub fn parse_list(text: &str) -> (Vec<HostRule>, Vec<String>) {
+    let (mut rules, mut bad) = (Vec::new(), Vec::new());
+    for item in text.split(|c: char| c == ',' || c.is_whitespace()).filter(|s| !s.is_empty()) {
+        match HostRule::parse(item) {
+            Some(r) => rules.push(r),
+            None => bad.push(item.to_owned()),
+        }
+    }
+    (rules, bad)
+}
+
+/// What one command may reach through the proxy.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    /// What the command is, for messages (`setup`, `the agent`, ...).
+    pub role: String,
+    /// Any public host (setup, when the project names no hosts).
+    pub any_public: bool,
+    /// Hosts from the project's files: public addresses only.
+    pub project: Vec<HostRule>,
+    /// Hosts from the user's own settings: any address but link-local.
+    pub user: Vec<HostRule>,
+}
+
+/// Who opened a host for a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opened {
+    /// The project: the host must resolve to public addresses.
+    Project,
+    /// The user: loopback and private addresses too.
+    User,
+}
+
+impl Policy {
+    /// Who opened `host` (lower case) on `port`, if anyone.
+    pub fn opened(&self, host: &str, port: u16) -> Option<Opened> {
+        if self.user.iter().any(|r| r.matches(host, port)) {
+            Some(Opened::User)
+        } else if self.any_public || self.project.iter().any(|r| r.matches(host, port)) {
+            Some(Opened::Project)
+        } else {
+            None
+        }
+    }
+
+    /// Whether a connection opened by `by` may go to `ip`.
+    pub fn address_allowed(&self, ip: IpAddr, by: Opened) -> bool {
+        match classify(ip) {
+            AddrClass::Public => true,
+            AddrClass::Loopback | AddrClass::Private => by == Opened::User,
+            AddrClass::LinkLocal | AddrClass::Unroutable => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_classed_as_the_metadata_and_loopback_rules_need() {
+        let class = |s: &str| classify(s.parse().unwrap());
+        assert_eq!(class("169.254.169.254"), AddrClass::LinkLocal);
+        assert_eq!(class("::ffff:169.254.169.254"), AddrClass::LinkLocal);
+        assert_eq!(class("fd00:ec2::254"), AddrClass::LinkLocal);
+        assert_eq!(class("fe80::1"), AddrClass::LinkLocal);
+        assert_eq!(class("127.0.0.1"), AddrClass::Loopback);
+        assert_eq!(class("127.8.9.10"), AddrClass::Loopback);
+        assert_eq!(class("::1"), AddrClass::Loopback);
+        assert_eq!(class("::ffff:127.0.0.1"), AddrClass::Loopback);
+        for p in ["10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "100.64.0.1", "fd12::1"] {
+            assert_eq!(class(p), AddrClass::Private, "{p}");
+        }
+        for p in ["0.0.0.0", "::", "255.255.255.255", "224.0.0.1", "0.1.2.3"] {
+            assert_eq!(class(p), AddrClass::Unroutable, "{p}");
+        }
+        for p in ["8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700::1111"] {
+            assert_eq!(class(p), AddrClass::Public, "{p}");
+        }
+    }
+
+    #[test]
+    fn rules_read_hosts_wildcards_addresses_and_ports() {
+        let rule = |s: &str| HostRule::parse(s).unwrap_or_else(|| panic!("{s} reads"));
+        assert!(rule("Registry.NPMJS.org").matches("registry.npmjs.org", 443));
+        assert!(!rule("registry.npmjs.org").matches("evil-registry.npmjs.org", 443));
+        let wild = rule("*.example.com");
+        assert!(wild.matches("a.example.com", 80) && wild.matches("a.b.example.com", 443));
+        assert!(!wild.matches("example.com", 443) && !wild.matches("badexample.com", 443));
+        let port = rule("mirror.example.org:8443");
+        assert!(port.matches("mirror.example.org", 8443) && !port.matches("mirror.example.org", 443));
+        assert_eq!(rule("127.0.0.1:9000").address(), Some(IpAddr::from([127, 0, 0, 1])));
+        assert!(rule("[::1]:9000").matches("::1", 9000));
+        assert!(rule("::1").matches("::1", 1));
+        for bad in ["", "*.", "a..b", "-a.com", "a_b.com", "host:port", "*.1.2.3.4", "[::1", "exa mple.com"] {
+            assert_eq!(HostRule::parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(rule("*.example.com:8080").to_string(), "*.example.com:8080");
+        assert_eq!(rule("[::1]:9").to_string(), "[::1]:9");
+        let (rules, bad) = parse_list("127.0.0.1:9000, api.local\tnot_valid");
+        assert_eq!(rules.len(), 2);
+        assert_eq!(bad, ["not_valid"]);
+    }
+
+    #[test]
+    fn the_project_opens_public_hosts_and_only_the_user_opens_local_ones() {
+        let policy = Policy {
+            project: vec![HostRule::parse("pkg.example.com").unwrap()],
+            user: vec![HostRule::parse("127.0.0.1:9000").unwrap(), HostRule::parse("db.internal").unwrap()],
+            ..Policy::default()
+        };
+        assert_eq!(policy.opened("pkg.example.com", 443), Some(Opened::Project));
+        assert_eq!(policy.opened("127.0.0.1", 9000), Some(Opened::User));
+        assert_eq!(policy.opened("127.0.0.1", 9001), None);
+        assert_eq!(policy.opened("other.example.com", 443), None);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        // A project host that resolves to loopback (DNS rebinding) or to
+        // the metadata service is not let through.
+        assert!(policy.address_allowed(ip("93.184.216.34"), Opened::Project));
+        assert!(!policy.address_allowed(ip("127.0.0.1"), Opened::Project));
+        assert!(!policy.address_allowed(ip("10.0.0.5"), Opened::Project));
+        assert!(policy.address_allowed(ip("10.0.0.5"), Opened::User));
+        assert!(policy.address_allowed(ip("127.0.0.1"), Opened::User));
+        // Not even the user opens the metadata service.
+        assert!(!policy.address_allowed(ip("169.254.169.254"), Opened::User));
+        let open = Policy { any_public: true, ..Policy::default() };
+        assert_eq!(open.opened("anything.example", 443), Some(Opened::Project));
+        assert!(!open.address_allowed(ip("127.0.0.1"), Opened::Project));
+    }
+}
