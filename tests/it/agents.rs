@@ -125,7 +125,11 @@ impl Server {
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}", self.authority())
+    }
+
+    fn authority(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
     }
 
     fn stderr(&self) -> String {
@@ -275,7 +279,9 @@ impl Cli {
                     server.url()
                 );
                 write(&home.join(".codex/config.toml"), &config);
-                vec![var("OPENAI_API_KEY", "sk-test-key")]
+                // Its config names the server, which it reaches through the
+                // sandbox's egress proxy once the user opened it.
+                vec![var("OPENAI_API_KEY", "sk-test-key"), var("CASSIST_NETWORK_ALLOW", &server.authority())]
             }
             Cli::Gemini => {
                 // maxAttempts 1: a 429 fails at once (GEMINI_MODEL set, so
@@ -300,7 +306,7 @@ impl Cli {
                     "apiKey": "test-key", "provider": "anthropic", "maxOutputTokens": 8192,
                 }]});
                 write(&home.join(".factory/settings.json"), settings.to_string());
-                Vec::new()
+                vec![var("CASSIST_NETWORK_ALLOW", &server.authority())]
             }
         }
     }
@@ -501,6 +507,84 @@ fn droid_fixes_the_failing_test_with_edit() {
     // Droid reports no cost (`factory_credits: 0`).
     let want = Parsed { summary: "Edited add() to add.", turns: 2, tokens_in: 1100, tokens_out: 70, cost_usd: None };
     fixes_the_failing_test(Cli::Droid, script, want);
+}
+
+// ---------------------------------------------------------------------------
+// The key stays outside: the CLI gets the egress proxy as its API's base URL
+// and a placeholder key; the proxy adds the real key to what it forwards.
+
+/// Runs the fix task on `cli` with its real key `key` in cassist's
+/// environment, the server refusing any other key; `before` are script
+/// steps before the fix (a shell tool printing what the CLI sees). The
+/// task passes, every request the server got carried the real key (else
+/// it would have answered 401), and neither the CLI's requests nor
+/// anything cassist kept holds it. Returns the dumped request bodies.
+fn the_key_stays_outside(cli: Cli, key_var: &str, before: Vec<Value>, edit: Value) -> String {
+    let key = crate::support::unique_marker("real-key");
+    let dump = tempfile::tempdir().unwrap();
+    let mut steps = before;
+    steps.push(edit);
+    steps.push(json!({"text": "Fixed."}));
+    let script = Value::Array(steps);
+    let server = Server::start_with(
+        cli.api(),
+        &script,
+        &["--api-key".as_ref(), key.as_ref(), "--dump".as_ref(), dump.path().as_os_str()],
+    );
+    let bin = cli_dir(cli.name()).expect("checked by the caller");
+    let p = calc(CASSIST_KDL, &fix_task(cli.name()));
+    let mut env = cli.configure(&server, p.home());
+    for (k, v) in env.iter_mut() {
+        if k == key_var {
+            *v = key.clone();
+        }
+    }
+    let done = run_cli(&p, &[&bin], &env);
+    assert_eq!(done.task("fix")["state"], "passed", "{}\n{}", done.transcript(), server.log());
+    let requests = server.requests();
+    assert!(!requests.is_empty());
+    assert!(requests.iter().all(|r| r.status != 401), "a request came without the real key: {}", server.log());
+    let mut bodies = String::new();
+    for f in std::fs::read_dir(dump.path()).unwrap() {
+        bodies.push_str(&String::from_utf8_lossy(&std::fs::read(f.unwrap().path()).unwrap()));
+    }
+    assert!(!bodies.contains(&key), "the CLI sent its real key in a request body");
+    let mut kept = done.transcript();
+    for (path, bytes) in crate::support::files_under(&p.path().join(".cassist")) {
+        if crate::support::contains_bytes(&bytes, key.as_bytes()) {
+            kept.push_str(&format!("\n{} holds the key", path.display()));
+        }
+    }
+    assert!(!kept.contains(&key), "the key is in what cassist kept: {kept}");
+    bodies
+}
+
+#[test]
+fn claude_never_holds_its_api_key() {
+    if cli_dir("claude").is_none() || !sandbox_or_skip(Sandbox::Overlay) {
+        return;
+    }
+    let shell = json!({"tool": "Bash", "input": {
+        "command": "env | grep -E 'ANTHROPIC|PROXY' | sort; cat \"$HOME/.claude.json\" \"$HOME/.claude/settings.json\" 2>&1 | head -c 2000",
+        "description": "Show the environment"
+    }});
+    let edit = json!({"tool": "Edit", "input": {"file_path": "{cwd}/src/calc.py", "old_string": "a - b", "new_string": "a + b"}});
+    let bodies = the_key_stays_outside(Cli::Claude, "ANTHROPIC_API_KEY", vec![shell], edit);
+    // What its shell printed came back in the next request: the proxy as
+    // its API, a placeholder as its key.
+    assert!(bodies.contains("ANTHROPIC_API_KEY=cassist-brokered-key"), "{bodies}");
+    assert!(bodies.contains("ANTHROPIC_BASE_URL=http://127.0.0.1:38127"), "{bodies}");
+}
+
+#[test]
+fn gemini_never_holds_its_api_key() {
+    if cli_dir("gemini").is_none() || !sandbox_or_skip(Sandbox::Overlay) {
+        return;
+    }
+    let edit = json!({"tool": "replace", "input": {
+        "file_path": "{cwd}/src/calc.py", "old_string": "a - b", "new_string": "a + b"
+    }});
+    the_key_stays_outside(Cli::Gemini, "GEMINI_API_KEY", Vec::new(), edit);
 }
 
 // ---------------------------------------------------------------------------

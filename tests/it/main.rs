@@ -23,6 +23,7 @@ mod fanout;
 mod fuzz;
 mod hash;
 mod mcp;
+mod network;
 mod outputs;
 mod parallel;
 mod remote;

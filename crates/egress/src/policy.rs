@@ -123,6 +123,11 @@ impl HostRule {
         }
     }
 
+    /// The host or address it names (without a wildcard's `*.`).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
     /// The address the rule names, when it names one.
     pub fn address(&self) -> Option<IpAddr> {
         self.host.parse().ok()

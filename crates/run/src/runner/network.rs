@@ -111,10 +111,21 @@ impl Egress {
         if role == Role::Replay {
             return Ok(CommandNet { network: Network::Isolated, env: Vec::new(), lease: None });
         }
-        let service = self.service.get_or_init(|| Service::start().map_err(|e| e.to_string()));
+        let service = self.service.get_or_init(|| {
+            cassist_core::plan::timing("egress proxy started");
+            Service::start().map_err(|e| e.to_string())
+        });
         let service = service.as_ref().map_err(|e| format!("cannot start the egress proxy: {e}"))?;
         let mut env: Vec<(String, String)> =
             cassist_sandbox::sandbox::proxy_env().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        // A local address the user opened is the machine's, reached
+        // through the proxy; the others stay the namespace's own.
+        for (name, value) in env.iter_mut() {
+            if name.eq_ignore_ascii_case("NO_PROXY") {
+                let kept: Vec<&str> = value.split(',').filter(|h| !self.user.iter().any(|r| r.host() == *h)).collect();
+                *value = kept.join(",");
+            }
+        }
         let mut broker = None;
         if let Some(vars) = inv.and_then(|i| i.broker()) {
             let lookup = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -137,10 +148,7 @@ type Vars = Vec<(String, String)>;
 /// and the variables the CLI gets instead (the proxy as its base URL, a
 /// placeholder for each key that is set); `None` when no key is set (a
 /// login in its state folder: it reaches its API's hosts itself).
-fn brokered(
-    vars: &BrokerVars,
-    var: impl Fn(&str) -> Option<String>,
-) -> Result<Option<(Broker, Vars)>, String> {
+fn brokered(vars: &BrokerVars, var: impl Fn(&str) -> Option<String>) -> Result<Option<(Broker, Vars)>, String> {
     let Some((_, header, bearer, key)) =
         vars.keys.iter().find_map(|(name, header, bearer)| Some((name, header, bearer, var(name)?)))
     else {
