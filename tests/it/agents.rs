@@ -534,6 +534,10 @@ fn the_key_stays_outside(cli: Cli, key_var: &str, before: Vec<Value>, edit: Valu
     let bin = cli_dir(cli.name()).expect("checked by the caller");
     let p = calc(CASSIST_KDL, &fix_task(cli.name()));
     let mut env = cli.configure(&server, p.home());
+    if cli == Cli::Claude {
+        // Its shell, without asking.
+        write(&p.home().join(".claude/settings.json"), json!({"permissions": {"allow": ["Bash"]}}).to_string());
+    }
     for (k, v) in env.iter_mut() {
         if k == key_var {
             *v = key.clone();
@@ -544,9 +548,19 @@ fn the_key_stays_outside(cli: Cli, key_var: &str, before: Vec<Value>, edit: Valu
     let requests = server.requests();
     assert!(!requests.is_empty());
     assert!(requests.iter().all(|r| r.status != 401), "a request came without the real key: {}", server.log());
+    // The dumps: a request body (gemini.py), or its path, headers and
+    // body (anthropic.py): the headers carry the key the proxy added.
     let mut bodies = String::new();
     for f in std::fs::read_dir(dump.path()).unwrap() {
-        bodies.push_str(&String::from_utf8_lossy(&std::fs::read(f.unwrap().path()).unwrap()));
+        let raw = std::fs::read(f.unwrap().path()).unwrap();
+        match serde_json::from_slice::<Value>(&raw) {
+            Ok(v) if v.get("headers").is_some() => {
+                let headers = v["headers"].to_string();
+                assert!(headers.contains(&key), "a request without the real key: {headers}");
+                bodies.push_str(&v["body"].to_string());
+            }
+            _ => bodies.push_str(&String::from_utf8_lossy(&raw)),
+        }
     }
     assert!(!bodies.contains(&key), "the CLI sent its real key in a request body");
     let mut kept = done.transcript();
@@ -569,7 +583,9 @@ fn claude_never_holds_its_api_key() {
         "description": "Show the environment"
     }});
     let edit = json!({"tool": "Edit", "input": {"file_path": "{cwd}/src/calc.py", "old_string": "a - b", "new_string": "a + b"}});
-    let bodies = the_key_stays_outside(Cli::Claude, "ANTHROPIC_API_KEY", vec![shell], edit);
+    // Claude edits only a file it has read.
+    let read = json!({"tool": "Read", "input": {"file_path": "{cwd}/src/calc.py"}});
+    let bodies = the_key_stays_outside(Cli::Claude, "ANTHROPIC_API_KEY", vec![shell, read], edit);
     // What its shell printed came back in the next request: the proxy as
     // its API, a placeholder as its key.
     assert!(bodies.contains("ANTHROPIC_API_KEY=cassist-brokered-key"), "{bodies}");
@@ -582,7 +598,7 @@ fn gemini_never_holds_its_api_key() {
         return;
     }
     let edit = json!({"tool": "replace", "input": {
-        "file_path": "{cwd}/src/calc.py", "old_string": "a - b", "new_string": "a + b"
+        "file_path": "{cwd}/src/calc.py", "instruction": "Make add() add.", "old_string": "a - b", "new_string": "a + b"
     }});
     the_key_stays_outside(Cli::Gemini, "GEMINI_API_KEY", Vec::new(), edit);
 }

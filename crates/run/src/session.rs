@@ -185,7 +185,7 @@ impl Session {
         let wrapper = workspace::wrapper_program(&exe, &plan.project.root, quiet);
         if mode == Mode::Copy && !quiet {
             let because = match why {
-                Some(why) => format!("copy-on-write workspaces are unavailable here ({why})"),
+                Some(why) => format!("copy-on-write workspaces are unavailable here ({why}{})", apparmor_hint()),
                 None => "CASSIST_WORKSPACE=copy".to_owned(),
             };
             errln!(
@@ -216,6 +216,17 @@ impl Session {
             );
         }
         Ok(Prepared { plan, lock, team, exe, wrapper, workspaces, mode, run_dir, landlock, settings, egress })
+    }
+}
+
+/// What to do where AppArmor keeps unprivileged users from making user
+/// namespaces (Ubuntu 23.10 and later), or nothing.
+fn apparmor_hint() -> &'static str {
+    match std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
+        Ok(v) if v.trim() == "1" => {
+            "; AppArmor restricts unprivileged user namespaces here: allow them with `sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0`, or give cassist an AppArmor profile with `userns,`"
+        }
+        _ => "",
     }
 }
 

@@ -63,6 +63,11 @@ pub fn probe(dir: &Path, lower: Option<&Path>) -> ! {
         crate::say(format_args!("{e}"));
         std::process::exit(1);
     }
+    // Every confined command gets a network namespace of its own.
+    if let Err(e) = super::net::enter(&super::Network::Isolated) {
+        crate::say(format_args!("{e}"));
+        std::process::exit(1);
+    }
     // SAFETY: single-threaded.
     match unsafe { fork() } {
         Ok(ForkResult::Child) => match mounts::prepare(&spec) {
