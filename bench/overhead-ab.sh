@@ -14,7 +14,11 @@
 # Usage: bench/overhead-ab.sh BASE NEW
 #   BASE, NEW      two cassist binaries (a `cassist-sandbox` of the same
 #                  build beside one is used by it, as when installed)
-# Env:   BENCH_DIR   where bench/scale.sh generated its repositories
+# Env:   BASE_ENV, NEW_ENV  variables (NAME=VALUE ...) each binary runs
+#                    with: one binary twice, with and without a setting
+#                    (`BASE_ENV=CASSIST_NETWORK=host`: the network
+#                    namespace's and egress proxy's cost)
+#        BENCH_DIR   where bench/scale.sh generated its repositories
 #                    (default: target/bench/scale; run
 #                    `bench/scale.sh --only overhead` first)
 #        SIZE        the repository (default 10000)
@@ -50,18 +54,22 @@ timed() { # CMD...: wall time in ns
 agent() { (cd "$SCRATCH" && CASSIST_TASK=one CASSIST_RESULT_FILE=$SCRATCH/result.json sh -c "$AGENT"); }
 
 # Warm-up: each binary probes its sandbox and wrapper once.
-for b in "$BASE" "$NEW" "$BASE" "$NEW"; do "$b" -q -C "$DIR" run --no-cache > /dev/null 2>&1 || die "$b failed on $DIR"; done
+# shellcheck disable=SC2086 # word splitting of the NAME=VALUE lists is wanted
+base() { env ${BASE_ENV:-} "$BASE" "$@"; }
+# shellcheck disable=SC2086
+new() { env ${NEW_ENV:-} "$NEW" "$@"; }
+for b in base new base new; do "$b" -q -C "$DIR" run --no-cache > /dev/null 2>&1 || die "$b failed on $DIR"; done
 log "$ROUNDS rounds on $(basename "$DIR")"
 : > "$BENCH/ab-base.ns"
 : > "$BENCH/ab-new.ns"
 for ((i = 0; i < ROUNDS; i++)); do
     a=$(timed agent)
     if ((i % 2)); then
-        n=$(timed "$NEW" -q -C "$DIR" run --no-cache)
-        o=$(timed "$BASE" -q -C "$DIR" run --no-cache)
+        n=$(timed new -q -C "$DIR" run --no-cache)
+        o=$(timed base -q -C "$DIR" run --no-cache)
     else
-        o=$(timed "$BASE" -q -C "$DIR" run --no-cache)
-        n=$(timed "$NEW" -q -C "$DIR" run --no-cache)
+        o=$(timed base -q -C "$DIR" run --no-cache)
+        n=$(timed new -q -C "$DIR" run --no-cache)
     fi
     echo $((o - a)) >> "$BENCH/ab-base.ns"
     echo $((n - a)) >> "$BENCH/ab-new.ns"

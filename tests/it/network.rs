@@ -226,6 +226,25 @@ fn an_up_to_date_run_starts_no_proxy() {
 }
 
 #[test]
+fn the_machines_network_is_the_users_choice_and_is_said() {
+    if !sandbox_or_skip(Sandbox::Overlay) {
+        return;
+    }
+    let server = Server::start();
+    let (p, _) = probe_project(server.port, "\"--write\" \"out.txt\"", None);
+    let out = p
+        .run(&[])
+        .env("NETWORK_MARKER", "host-network")
+        .env("CASSIST_NETWORK", "host")
+        .stderr_has("CASSIST_NETWORK=host: the commands of tasks have the machine's network")
+        .exec();
+    let text = p.record("t", "transcript-1.log");
+    assert!(text.contains("network: agent direct ALLOWED"), "{text}");
+    assert!(server.received().contains("/host-network/agent/direct"));
+    assert_eq!(out.task("t")["state"], "passed");
+}
+
+#[test]
 fn copy_mode_says_that_commands_keep_the_machines_network() {
     let (p, _) = probe_project(9, "\"--write\" \"out.txt\"", None);
     p.run(&[])
@@ -239,6 +258,8 @@ fn a_bad_allow_variable_is_an_error_before_anything_runs() {
     let (p, _) = probe_project(9, "\"--write\" \"out.txt\"", None);
     let out = p.run(&[]).env("CASSIST_NETWORK_ALLOW", "127.0.0.1:9000,not_a_host").status(2).exec();
     assert!(out.transcript().contains("CASSIST_NETWORK_ALLOW holds entries that are not hosts: not_a_host"));
+    let out = p.run(&[]).env("CASSIST_NETWORK", "none").status(2).exec();
+    assert!(out.transcript().contains("CASSIST_NETWORK is `none`; the only value it takes is `host`"));
     assert!(!p.exists("out.txt"));
     assert!(
         !p.path().join(".cassist/runs").exists()

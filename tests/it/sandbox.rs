@@ -620,7 +620,8 @@ fn copy_mode_says_once_what_it_lacks() {
                 without what namespaces give: a private /tmp, /var/tmp and /dev, a PID namespace of their own (they \
                 see every process of the machine), a read-only .git, ptys, and a copy-on-write view of the agents' \
                 state folders (what an agent writes in ~/.claude, ~/.codex, ~/.gemini, ~/.factory or ~/.cache stays \
-                there)\n";
+                there), and a network of their own: they reach any host, the machine's loopback services included, \
+                and an agent holds its API key itself\n";
     assert_eq!(done.stderr.matches(note).count(), 1, "{}", done.stderr);
     assert!(done.stderr.starts_with(note), "said first: {}", done.stderr);
     // Not with namespaces.

@@ -162,14 +162,12 @@ impl Session {
         }
         let Session { plan, lock, team } = self;
         let quiet = settings.quiet;
-        let egress = Egress::new(&plan.project.config).map_err(|bad| {
-            Error::Invalid(vec![
-                SpecDiagnostic::error(
-                    "network-allow",
-                    format!("{} holds entries that are not hosts: {}", network::ALLOW_VAR, bad.join(", ")),
-                )
-                .help("list host names or addresses, each with an optional :port, separated by commas (`127.0.0.1:9000,pkg.internal`)"),
-            ])
+        let egress = Egress::new(&plan.project.config).map_err(|message| {
+            Error::Invalid(vec![SpecDiagnostic::error("network-setting", message).help(format!(
+                "{} lists host names or addresses, each with an optional :port, separated by commas (`127.0.0.1:9000,pkg.internal`); {}=host gives commands the machine's network",
+                network::ALLOW_VAR,
+                network::MODE_VAR
+            ))])
         })?;
         let exe = std::env::current_exe().map_err(Error::Binary)?;
         let workspaces = workspace::parent_dir(&plan.project.root);
@@ -210,7 +208,18 @@ impl Session {
                 "note: this kernel has no Landlock: sandbox levels rely on the agents' own flags and on the review of each change{copy}"
             );
         }
-        if mode == Mode::Overlay && egress.setup_is_open() && !plan.project.config.setup.is_empty() && !quiet {
+        if egress.host && mode == Mode::Overlay && !quiet {
+            errln!(
+                "note: {}=host: the commands of tasks have the machine's network (any host, its loopback services, cloud metadata) and agents hold their API keys",
+                network::MODE_VAR
+            );
+        }
+        if mode == Mode::Overlay
+            && !egress.host
+            && egress.setup_is_open()
+            && !plan.project.config.setup.is_empty()
+            && !quiet
+        {
             errln!(
                 "note: setup commands may reach any public host, as cassist.kdl has no `network` block; name the hosts they need with `network {{ allow \"registry.npmjs.org\" }}` (agents and acceptance commands reach only those)"
             );

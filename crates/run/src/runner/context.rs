@@ -307,7 +307,7 @@ impl<'a> TaskContext<'a> {
         inv: Option<&crate::agent::invoke::Invocation>,
         jail: &mut cassist_sandbox::sandbox::Jail,
     ) -> Result<Option<super::network::CommandNet>, super::CommandError> {
-        if self.runner.mode != Mode::Overlay || !jail.confined || role == Role::Replay {
+        if self.runner.mode != Mode::Overlay || !jail.confined || role == Role::Replay || self.runner.egress.host {
             return Ok(None);
         }
         let net = self.runner.egress.command(role, inv).map_err(super::CommandError::Network)?;

@@ -34,6 +34,11 @@ use crate::agent::{BrokerVars, PLACEHOLDER_KEY};
 /// loopback and private addresses included.
 pub const ALLOW_VAR: &str = "CASSIST_NETWORK_ALLOW";
 
+/// `CASSIST_NETWORK=host`: commands keep the machine's network (a machine
+/// whose way out is a proxy of its own, which the egress proxy does not
+/// chain to; a measurement of what the namespace costs).
+pub const MODE_VAR: &str = "CASSIST_NETWORK";
+
 /// The network settings of a run, and its proxy once a command needs it.
 #[derive(Default)]
 pub struct Egress {
@@ -44,6 +49,8 @@ pub struct Egress {
     user: Vec<HostRule>,
     /// Started by the first command that needs it.
     service: OnceLock<Result<Service, String>>,
+    /// [`MODE_VAR`] is `host`: no network namespace for any command.
+    pub host: bool,
 }
 
 impl std::fmt::Debug for Egress {
@@ -63,18 +70,22 @@ pub struct CommandNet {
 
 impl Egress {
     /// The settings of a project: its `network` block, and the user's
-    /// [`ALLOW_VAR`]; the entries of the variable that do not read, if
-    /// any.
-    pub fn new(config: &ProjectConfig) -> Result<Egress, Vec<String>> {
+    /// [`ALLOW_VAR`] and [`MODE_VAR`]; what does not read in them.
+    pub fn new(config: &ProjectConfig) -> Result<Egress, String> {
         let project = project_hosts(config).map(|hosts| hosts.iter().filter_map(|h| HostRule::parse(h)).collect());
         let (user, bad) = match std::env::var(ALLOW_VAR) {
             Ok(v) => cassist_egress::policy::parse_list(&v),
             Err(_) => (Vec::new(), Vec::new()),
         };
         if !bad.is_empty() {
-            return Err(bad);
+            return Err(format!("{ALLOW_VAR} holds entries that are not hosts: {}", bad.join(", ")));
         }
-        Ok(Egress { project, user, service: OnceLock::new() })
+        let host = match std::env::var(MODE_VAR) {
+            Ok(v) if v == "host" => true,
+            Ok(v) if !v.is_empty() => return Err(format!("{MODE_VAR} is `{v}`; the only value it takes is `host`")),
+            _ => false,
+        };
+        Ok(Egress { project, user, service: OnceLock::new(), host })
     }
 
     /// Whether setup may reach any public host (the project names none).
