@@ -697,16 +697,18 @@ fn a_changed_project_test_build_or_setup_command() {
     assert_changed(&before, &hashes(&p), &["alpha"]);
 }
 
-/// The limits that decide what the review rejects change every task's
-/// hash; the defaults, written out or not, and the transcript cap (which
-/// changes only what is recorded) do not.
+/// The limits that decide what the review rejects and what a command may
+/// use change every task's hash; the defaults, written out or not, and the
+/// transcript cap (which changes only what is recorded) do not.
 #[test]
 fn changed_limits() {
     let p = project();
     let before = hashes(&p);
     let config = std::fs::read_to_string(p.path().join("cassist.kdl")).unwrap();
     let with = |limits: &str| p.file("cassist.kdl", format!("{config}\nlimits {{\n{limits}\n}}\n"));
-    with("    file-size \"16MiB\"\n    change-size \"256MiB\"\n    files 10000\n    transcript \"64MiB\"");
+    with(
+        "    file-size \"16MiB\"\n    change-size \"256MiB\"\n    files 10000\n    transcript \"64MiB\"\n    memory \"8GiB\"\n    processes 2048",
+    );
     assert_eq!(hashes(&p), before, "the defaults written out");
     with("    transcript \"1MiB\"");
     assert_eq!(hashes(&p), before, "the transcript cap");
@@ -720,9 +722,17 @@ fn changed_limits() {
     with("    files 500");
     let fewer = hashes(&p);
     assert_changed(&before, &fewer, &["alpha", "base", "other"]);
-    // With another limit changed too: the default `files` adds nothing.
-    with("    file-size \"1MiB\"\n    files 10000");
-    assert_eq!(hashes(&p), smaller_files, "the default files limit written out");
+    with("    memory \"1GiB\"");
+    let less_memory = hashes(&p);
+    assert_changed(&before, &less_memory, &["alpha", "base", "other"]);
+    with("    processes 100");
+    let fewer_processes = hashes(&p);
+    assert_changed(&before, &fewer_processes, &["alpha", "base", "other"]);
+    assert_changed(&less_memory, &fewer_processes, &["alpha", "base", "other"]);
+    // With another limit changed too: the default `files`, `memory` and
+    // `processes` add nothing.
+    with("    file-size \"1MiB\"\n    files 10000\n    memory \"8GiB\"\n    processes 2048");
+    assert_eq!(hashes(&p), smaller_files, "the default limits written out");
 }
 
 #[test]

@@ -22,6 +22,7 @@ mod edits;
 mod fanout;
 mod fuzz;
 mod hash;
+mod limits;
 mod mcp;
 mod network;
 mod outputs;

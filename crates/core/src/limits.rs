@@ -1,7 +1,8 @@
 //! The limits of a project (`limits` in `cassist.kdl`): how large one
-//! file of a change, a whole change and a transcript may grow, and how
-//! many entries one change may touch; sizes as written (`"16MiB"`,
-//! `"500KB"`) and as shown (`2 GiB`). A leaf.
+//! file of a change, a whole change and a transcript may grow, how many
+//! entries one change may touch, and the memory and processes one command
+//! of a task may use; sizes as written (`"16MiB"`, `"500KB"`) and as shown
+//! (`2 GiB`). A leaf.
 
 /// The limits a run works within.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,11 +17,22 @@ pub struct Limits {
     /// Entries one change may add, change or remove (empty files count):
     /// counted while the change is read, before any content past it is.
     pub files: u64,
+    /// Memory one command of a task may use, all its processes together
+    /// (where a cgroup can bound them; else per process).
+    pub memory: u64,
+    /// Processes (and threads) one command of a task may run at once.
+    pub processes: u64,
 }
 
 impl Limits {
-    pub const DEFAULT: Limits =
-        Limits { file_size: 16 << 20, change_size: 256 << 20, transcript: 64 << 20, files: 10_000 };
+    pub const DEFAULT: Limits = Limits {
+        file_size: 16 << 20,
+        change_size: 256 << 20,
+        transcript: 64 << 20,
+        files: 10_000,
+        memory: 8 << 30,
+        processes: 2048,
+    };
 }
 
 /// A change touching more entries than `limits { files }` allows: how many

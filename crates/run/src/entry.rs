@@ -313,7 +313,8 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
     use std::time::{Duration, Instant};
 
-    const SMALL: Limits = Limits { file_size: 1 << 10, change_size: 4 << 10, transcript: 1 << 20, files: 100 };
+    const SMALL: Limits =
+        Limits { file_size: 1 << 10, change_size: 4 << 10, transcript: 1 << 20, files: 100, ..Limits::DEFAULT };
 
     fn lstat(p: &Path) -> Metadata {
         std::fs::symlink_metadata(p).unwrap()

@@ -27,8 +27,8 @@ use cassist_core::team::TeamCache;
 use cassist_core::{errln, fsx};
 use cassist_sandbox::process::{Cancel, Redactor};
 
-use crate::runner::Runner;
 use crate::runner::network::{self, Egress};
+use crate::runner::{Resources, Runner};
 use crate::scheduler;
 use crate::workspace::{self, Mode};
 
@@ -342,6 +342,7 @@ impl Prepared {
         } else {
             again::force(&mut tasks, &settings.force);
         }
+        let resources = Resources::new(&plan.project.config.limits, settings.quiet);
         let runner = Arc::new(Runner {
             plan: Arc::new(plan),
             exe,
@@ -362,6 +363,7 @@ impl Prepared {
             pending: Default::default(),
             verifications: Default::default(),
             egress,
+            resources,
         });
         cassist_core::plan::timing("prepare run");
         let opts = scheduler::Options {

@@ -17,6 +17,9 @@ pub enum Sandbox {
     Overlay,
     /// Landlock filesystem rules.
     Landlock,
+    /// A cgroup this process may write with the memory and pids
+    /// controllers (v2 delegated, or v1 hierarchies of them).
+    Cgroup,
 }
 
 impl std::fmt::Display for Sandbox {
@@ -24,6 +27,7 @@ impl std::fmt::Display for Sandbox {
         f.write_str(match self {
             Sandbox::Overlay => "overlay workspaces (user namespaces and overlayfs)",
             Sandbox::Landlock => "Landlock",
+            Sandbox::Cgroup => "a writable cgroup with the memory and pids controllers",
         })
     }
 }
@@ -47,13 +51,31 @@ pub fn sandbox_or_skip(what: Sandbox) -> bool {
 fn available(what: Sandbox) -> &'static Result<(), String> {
     static OVERLAY: OnceLock<Result<(), String>> = OnceLock::new();
     static LANDLOCK: OnceLock<Result<(), String>> = OnceLock::new();
+    static CGROUP: OnceLock<Result<(), String>> = OnceLock::new();
     match what {
         Sandbox::Overlay => OVERLAY.get_or_init(probe_overlay),
         Sandbox::Landlock => LANDLOCK.get_or_init(|| match cassist_sandbox::sandbox::landlock_abi() {
             0 => Err("the kernel has no Landlock ABI".into()),
             _ => Ok(()),
         }),
+        Sandbox::Cgroup => CGROUP.get_or_init(find_cgroup),
     }
+}
+
+/// Where cassist looks for its cgroups (nothing written): both
+/// controllers found, in folders this process may write.
+fn find_cgroup() -> Result<(), String> {
+    let found = cassist_sandbox::sandbox::find_cgroups();
+    for (controller, has) in [("memory", found.iter().any(|h| h.memory)), ("pids", found.iter().any(|h| h.pids))] {
+        if !has {
+            return Err(format!("no cgroup with the {controller} controller"));
+        }
+    }
+    for h in &found {
+        nix::unistd::access(&h.own, nix::unistd::AccessFlags::W_OK)
+            .map_err(|e| format!("{} is not writable: {e}", h.own.display()))?;
+    }
+    Ok(())
 }
 
 /// The probe cassist runs before choosing the overlay, run with the real

@@ -52,26 +52,40 @@ pub struct ProjectKey {
     pub setup: Vec<String>,
     pub test: Vec<String>,
     pub build: Vec<String>,
-    /// The limits that decide what the review rejects, when they are not
-    /// the defaults (so that the defaults, written or not, hash as before).
+    /// The limits that decide what the review rejects and what a command
+    /// may use, when they are not the defaults (so that the defaults,
+    /// written or not, hash as before).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitsKey>,
 }
 
-/// The part of `limits` that changes review outcomes (the transcript cap
-/// changes only what is recorded).
+/// The part of `limits` that changes outcomes: what the review rejects,
+/// and what a command may use (the transcript cap changes only what is
+/// recorded).
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct LimitsKey {
     pub file_size: u64,
     pub change_size: u64,
-    /// Left out at its default, so that a key made before the limit
-    /// existed keeps its hash.
+    /// Left out at its default, as are the ones below, so that a key made
+    /// before the limit existed keeps its hash.
     #[serde(skip_serializing_if = "is_default_files")]
     pub files: u64,
+    #[serde(skip_serializing_if = "is_default_memory")]
+    pub memory: u64,
+    #[serde(skip_serializing_if = "is_default_processes")]
+    pub processes: u64,
 }
 
 fn is_default_files(files: &u64) -> bool {
     *files == crate::limits::Limits::DEFAULT.files
+}
+
+fn is_default_memory(memory: &u64) -> bool {
+    *memory == crate::limits::Limits::DEFAULT.memory
+}
+
+fn is_default_processes(processes: &u64) -> bool {
+    *processes == crate::limits::Limits::DEFAULT.processes
 }
 
 impl LimitsKey {
@@ -81,6 +95,8 @@ impl LimitsKey {
             file_size: l.file_size,
             change_size: l.change_size,
             files: l.files,
+            memory: l.memory,
+            processes: l.processes,
         };
         let key_now = key(limits);
         (key_now != key(&crate::limits::Limits::DEFAULT)).then_some(key_now)

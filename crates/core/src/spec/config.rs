@@ -25,7 +25,7 @@ pub const BUILTIN_AGENTS: &[&str] = &["claude", "codex", "droid", "gemini"];
 pub const CONFIG_NODES: &[&str] =
     &["trust", "defaults", "cache", "limits", "setup", "test", "build", "prompt-template", "instructions", "agent"];
 const DEFAULTS_NODES: &[&str] = &["agent", "model", "timeout", "max-iterations", "max-cost"];
-const LIMITS_NODES: &[&str] = &["file-size", "change-size", "files", "transcript"];
+const LIMITS_NODES: &[&str] = &["file-size", "change-size", "files", "transcript", "memory", "processes"];
 const AGENT_NODES: &[&str] = &["command", "pass-env", "try"];
 /// Placeholders a custom agent's command may use.
 pub const COMMAND_PLACEHOLDERS: &[&str] = &["prompt", "prompt_file", "workdir", "task", "model"];
@@ -328,9 +328,14 @@ fn read_limits(r: &mut Reader<'_>, node: &KdlNode, limits: &mut Limits) {
         if LIMITS_NODES.contains(&name) && !once.first(r, child) {
             continue;
         }
-        if name == "files" {
-            if let Some(n) = read_file_count(r, child) {
-                limits.files = n;
+        let count = match name {
+            "files" => Some((&mut limits.files, "how many entries one change may add, change or remove")),
+            "processes" => Some((&mut limits.processes, "how many processes one command of a task may run at once")),
+            _ => None,
+        };
+        if let Some((field, what)) = count {
+            if let Some(n) = read_count(r, child, what) {
+                *field = n;
             }
             continue;
         }
@@ -338,6 +343,7 @@ fn read_limits(r: &mut Reader<'_>, node: &KdlNode, limits: &mut Limits) {
             "file-size" => &mut limits.file_size,
             "change-size" => &mut limits.change_size,
             "transcript" => &mut limits.transcript,
+            "memory" => &mut limits.memory,
             _ => {
                 r.unknown_node(child, "in `limits`", LIMITS_NODES);
                 continue;
@@ -351,22 +357,28 @@ fn read_limits(r: &mut Reader<'_>, node: &KdlNode, limits: &mut Limits) {
     }
 }
 
-/// `files N` in `limits`: how many entries one change may touch, a whole
-/// number from 1.
-fn read_file_count(r: &mut Reader<'_>, node: &KdlNode) -> Option<u64> {
-    const EXAMPLE: &str = "files 10000";
-    let e = r.single(node, EXAMPLE)?;
+/// `files N` or `processes N` in `limits` (`what` it counts, for the
+/// help): a whole number from 1.
+fn read_count(r: &mut Reader<'_>, node: &KdlNode, what: &str) -> Option<u64> {
+    let name = Reader::name(node);
+    let default = match name {
+        "processes" => Limits::DEFAULT.processes,
+        _ => Limits::DEFAULT.files,
+    };
+    let example = format!("{name} {default}");
+    let e = r.single(node, &example)?;
     let (message, label) = match e.value() {
         KdlValue::Integer(n) if *n >= 1 => match u64::try_from(*n) {
             Ok(n) => return Some(n),
-            Err(_) => (format!("`files` is too large: {n}"), "too large"),
+            Err(_) => (format!("`{name}` is too large: {n}"), "too large"),
         },
-        KdlValue::Integer(n) => (format!("`files` must be at least 1, found {n}"), "out of range"),
-        KdlValue::Float(f) => (format!("`files` expects a whole number, found the fraction {f}"), "not a whole number"),
-        other => (format!("`files` expects a whole number, found {}", type_name(other)), "expected a whole number"),
+        KdlValue::Integer(n) => (format!("`{name}` must be at least 1, found {n}"), "out of range"),
+        KdlValue::Float(f) => {
+            (format!("`{name}` expects a whole number, found the fraction {f}"), "not a whole number")
+        }
+        other => (format!("`{name}` expects a whole number, found {}", type_name(other)), "expected a whole number"),
     };
-    r.error("bad-number", message, e.span(), label)
-        .set_help(format!("write how many entries one change may add, change or remove, as `{EXAMPLE}`"));
+    r.error("bad-number", message, e.span(), label).set_help(format!("write {what}, as `{example}`"));
     None
 }
 
@@ -614,6 +626,32 @@ mod tests {
             let (config, errors) = read(&format!("limits {{\n    files {value}\n}}\n"));
             assert_eq!(errors, [said], "files {value}");
             assert_eq!(config.limits.files, 10_000, "a bad value leaves the default");
+        }
+    }
+
+    #[test]
+    fn memory_is_a_size_and_processes_a_whole_number_from_one() {
+        let (config, errors) = read("");
+        assert_eq!((config.limits.memory, config.limits.processes, errors.len()), (8 << 30, 2048, 0));
+        let (config, errors) = read("limits {\n    memory \"64MiB\"\n    processes 50\n}\n");
+        assert_eq!((config.limits.memory, config.limits.processes, errors.len()), (64 << 20, 50, 0));
+        for (body, said) in [
+            (
+                "memory \"8 GiB\"",
+                "invalid size `8 GiB` for `memory`: no spaces: write the unit right after the number, e.g. \"8MiB\"",
+            ),
+            ("memory 8", "`memory` expects a size string, found the number 8"),
+            ("processes 0", "`processes` must be at least 1, found 0"),
+            ("processes 2.5", "`processes` expects a whole number, found the fraction 2.5"),
+            ("processes \"2048\"", "`processes` expects a whole number, found a string"),
+        ] {
+            let (config, errors) = read(&format!("limits {{\n    {body}\n}}\n"));
+            assert_eq!(errors, [said], "{body}");
+            assert_eq!(
+                (config.limits.memory, config.limits.processes),
+                (8 << 30, 2048),
+                "a bad value leaves the default"
+            );
         }
     }
 }

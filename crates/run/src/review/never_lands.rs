@@ -388,7 +388,7 @@ mod tests {
         );
         assert!(r.security_issue());
 
-        let small = Limits { file_size: 10, change_size: 25, transcript: 1 << 20, files: 10_000 };
+        let small = Limits { file_size: 10, change_size: 25, transcript: 1 << 20, files: 10_000, ..Limits::DEFAULT };
         let files = vec![
             added("a", "0123456789"),
             added("b", "0123456789"),

@@ -8,7 +8,7 @@ use cassist_core::event::AcceptanceReport;
 use cassist_sandbox::process::Outcome;
 
 use super::jail::Role;
-use super::{FEEDBACK_LIMIT, Failure, TaskContext};
+use super::{CommandError, FEEDBACK_LIMIT, Failure, TaskContext};
 
 /// Runs the acceptance commands, then the project tests, until one fails,
 /// on a scratch layer over the agent's result that is thrown away after
@@ -74,9 +74,11 @@ fn accept(
     log: &std::path::Path,
 ) -> Result<AcceptanceResult, Failure> {
     let begun = Instant::now();
-    let f = task
-        .shell(Role::Acceptance, cmd, Some(timeout), log)
-        .map_err(|e| Failure::failed(format!("acceptance command `{cmd}` could not run: {e}")))?;
+    let f = task.shell(Role::Acceptance, cmd, Some(timeout), log).map_err(|e| match e {
+        // Not the change's failure: never feedback for the agent.
+        CommandError::OverLimit(over) => Failure::over_limit(&format!("the acceptance command `{cmd}`"), &over),
+        e => Failure::failed(format!("acceptance command `{cmd}` could not run: {e}")),
+    })?;
     if f.outcome == Outcome::Cancelled {
         return Err(Failure::interrupted());
     }

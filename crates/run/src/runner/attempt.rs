@@ -90,6 +90,11 @@ pub fn attempt(task: &mut TaskContext<'_>, req: &Request<'_>) -> Result<Step, Fa
         Err(super::CommandError::Refused(why)) => {
             return Err(Failure::failed(format!("agent `{}` failed: {why}", inv.name())));
         }
+        Err(super::CommandError::OverLimit(over)) => {
+            // It ran: its transcript is the task's.
+            task.count_run(files.transcript.clone());
+            return Err(Failure::over_limit(&format!("the agent `{}`", inv.name()), &over));
+        }
         Err(e) => return Err(Failure::failed(format!("cannot start agent `{}`: {e}", inv.name()))),
     };
     if finished.outcome == Outcome::Exited(cassist_sandbox::sandbox::NOT_FOUND)

@@ -4,6 +4,8 @@
 use cassist_core::event::TaskState;
 use cassist_sandbox::process::{Finished, Outcome};
 
+use super::resources::OverLimit;
+
 /// The reason of a task Ctrl-C stopped (its state is `failed` in the
 /// report: interrupted is not a state of its own).
 pub const INTERRUPTED: &str = "interrupted (Ctrl-C)";
@@ -61,14 +63,24 @@ impl Failure {
     pub fn keeping_workspace(self) -> Failure {
         Failure { keep_workspace: true, ..self }
     }
+
+    /// `what` (`the setup command `npm ci``) failed after it went past a
+    /// limit of `limits`: an environment failure, never feedback for the
+    /// agent.
+    pub fn over_limit(what: &str, over: &OverLimit) -> Failure {
+        Failure::failed(format!("{what} {over}")).with_tail(over.tail.clone())
+    }
 }
 
 /// Why a command of a task could not be run at all: its sandboxed command
 /// line could not be made, the spawner could not start it, or a folder it
-/// needs could not be made. (A command that ran and failed is a
+/// needs could not be made; or why it failed for its environment: it went
+/// past a limit of `limits`. (A command that ran and failed otherwise is a
 /// [`Finished`] with its outcome.)
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
+    #[error(transparent)]
+    OverLimit(Box<OverLimit>),
     #[error(transparent)]
     Start(#[from] cassist_sandbox::process::RunError),
     #[error(transparent)]
@@ -91,9 +103,10 @@ impl CommandError {
         match self {
             CommandError::Start(e) => e.kind(),
             CommandError::Workspace(crate::workspace::Error::Io(e)) | CommandError::Io(e) => e.kind(),
-            CommandError::Workspace(_) | CommandError::Network(_) | CommandError::Refused(_) => {
-                std::io::ErrorKind::Other
-            }
+            CommandError::Workspace(_)
+            | CommandError::Network(_)
+            | CommandError::Refused(_)
+            | CommandError::OverLimit(_) => std::io::ErrorKind::Other,
         }
     }
 }

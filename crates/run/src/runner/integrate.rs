@@ -141,6 +141,9 @@ fn build(task: &mut TaskContext<'_>, stack: Vec<Arc<IntegrationLayer>>) -> Resul
         let why = match task.shell(Role::Build, cmd, Some(accept::DEFAULT_TIMEOUT), &log) {
             Ok(f) if f.success() => continue,
             Ok(f) => (super::failure::ended(&f), f.tail),
+            Err(super::CommandError::OverLimit(over)) => {
+                return Err((format!("the build command `{cmd}` after integration {over}"), over.tail.clone()));
+            }
             Err(e) => (e.to_string(), String::new()),
         };
         return Err((format!("build command `{cmd}` failed after integration ({})", why.0), why.1));

@@ -20,6 +20,9 @@
 //! in `settings.json`) reaches the user's next session. In copy mode they
 //! are the user's own, writable.
 //!
+//! Every role below `full` is bounded by the project's `limits { memory;
+//! processes }` ([`super::Resources`]).
+//!
 //! Temp folders: with namespaces, the command's own private `/tmp`,
 //! `/var/tmp` and `/dev/shm`; in copy mode, a folder of the task's own
 //! (`TMPDIR`): the machine's `/tmp` is shared, so it is not writable.
@@ -142,6 +145,7 @@ impl Runner {
             } else {
                 cassist_sandbox::sandbox::Network::Host
             },
+            bounds: self.resources.bounds(),
         }
     }
 

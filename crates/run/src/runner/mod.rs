@@ -29,6 +29,7 @@ mod judge;
 pub mod network;
 pub mod record;
 mod replay;
+mod resources;
 mod setup;
 mod split_loop;
 mod verify;
@@ -50,6 +51,7 @@ use cassist_sandbox::process::{Cancel, Redactor};
 
 use context::{Facts, TaskContext};
 pub use failure::{CommandError, Failure};
+pub use resources::Resources;
 pub use verify::Verifications;
 
 /// Summaries of explore/review tasks (the findings their dependents' prompts
@@ -153,6 +155,9 @@ pub struct Runner {
     /// What each command of a task may reach, and the proxy that lets it
     /// ([`network`]).
     pub egress: network::Egress,
+    /// The memory and processes each command may use, and the run's
+    /// cgroups that bound them.
+    pub resources: Resources,
 }
 
 /// A task that passed: its state, and what the scheduler records.
@@ -277,7 +282,9 @@ impl Runner {
 
     /// Runs a command of a task through its sandbox wrapper (started with
     /// [`cassist_sandbox::sandbox::WRAPPER_ENV`]). A wrapper that could not set the
-    /// sandbox up makes the next run probe again.
+    /// sandbox up makes the next run probe again. A command that failed
+    /// after it went past a limit of `limits` (its cgroup's counters say)
+    /// is [`CommandError::OverLimit`]; its cgroup is removed either way.
     fn run(&self, cmd: &cassist_sandbox::process::Command) -> Result<cassist_sandbox::process::Finished, CommandError> {
         let mut cmd = cmd.clone();
         let (k, v) = cassist_sandbox::sandbox::WRAPPER_ENV;
@@ -286,6 +293,10 @@ impl Runner {
         // }` of cassist.kdl: head and tail, the middle cut with a marker).
         cmd.transcript_limit = self.plan.project.config.limits.transcript;
         let f = cassist_sandbox::process::run(&cmd, &self.redactor, &self.cancel)?;
+        let exceeded = self.resources.finish(f.pid);
+        if exceeded.any() && !f.success() && f.outcome != cassist_sandbox::process::Outcome::Cancelled {
+            return Err(CommandError::OverLimit(Box::new(self.resources.over_limit(exceeded, f.tail))));
+        }
         if self.mode == Mode::Overlay
             && f.outcome == cassist_sandbox::process::Outcome::Exited(cassist_sandbox::sandbox::SETUP_FAILED)
             && f.tail.contains("cassist: ")

@@ -164,6 +164,9 @@ fn merge_stored_change(task: &TaskContext<'_>, entry: &Entry) -> Result<Result<(
         Ok(f) => Ok(Err(Refused(helper_said(&f.tail).unwrap_or_else(|| {
             format!("the stored change could not be written: the helper {}", super::failure::ended(&f))
         })))),
+        Err(super::CommandError::OverLimit(over)) => {
+            Err(Failure::over_limit("the helper that writes the stored change", &over))
+        }
         Err(e) => Err(cannot(&e)),
     }
 }

@@ -6,7 +6,7 @@ use crate::accept;
 use cassist_sandbox::process::Outcome;
 
 use super::jail::Role;
-use super::{Failure, TaskContext};
+use super::{CommandError, Failure, TaskContext};
 
 /// Runs the `setup` commands in the workspace, in order; the first that
 /// fails fails the task.
@@ -24,6 +24,9 @@ pub fn setup(task: &mut TaskContext<'_>) -> Result<(), Failure> {
                 return Err(Failure::failed(format!("setup command `{cmd}` failed: {}", super::failure::ended(&f)))
                     .with_tail(f.tail)
                     .interrupted_if(f.outcome == Outcome::Cancelled));
+            }
+            Err(CommandError::OverLimit(over)) => {
+                return Err(Failure::over_limit(&format!("the setup command `{cmd}`"), &over));
             }
             Err(e) => return Err(Failure::failed(format!("setup command `{cmd}` could not run: {e}"))),
         }

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{ExecSpec, Network, Overlay, StateViews, WRAPPER_COMMAND};
+use super::{Bounds, ExecSpec, Network, Overlay, StateViews, WRAPPER_COMMAND};
 
 /// Why the wrapper's arguments are not a spec [`ExecSpec::to_args`] wrote.
 #[derive(Debug, thiserror::Error)]
@@ -20,8 +20,9 @@ pub enum ArgsError {
     NoValue(String),
     #[error("`--parent` needs a pid")]
     NotAPid,
-    #[error("`--grace-ms` needs a number")]
-    NotANumber,
+    /// `--grace-ms`, `--memory` or `--processes` without a number.
+    #[error("`{0}` needs a number")]
+    NotANumber(String),
     #[error("no `--cwd` given")]
     NoCwd,
     /// Some of `--mount-at`, `--upper`, `--work` (and `--lower`) without
@@ -101,6 +102,17 @@ impl ExecSpec {
                 args.push(p.into());
             }
         }
+        let Bounds { cgroups, memory, processes } = &self.bounds;
+        for c in cgroups {
+            args.push("--cgroup".into());
+            args.push(c.into());
+        }
+        for (flag, value) in [("--memory", memory), ("--processes", processes)] {
+            if let Some(v) = value {
+                args.push(flag.into());
+                args.push(v.to_string().into());
+            }
+        }
         args.push("--".into());
         args.extend(self.argv.iter().cloned());
         args
@@ -146,14 +158,14 @@ impl ExecSpec {
                         "--state" => state.push(path),
                         "--shared" => shared.push(path),
                         "--net-proxy" => spec.network = Network::Proxy(path),
+                        "--cgroup" => spec.bounds.cgroups.push(path),
                         "--parent" => {
                             let pid = value.to_str().and_then(|v| v.parse().ok()).ok_or(ArgsError::NotAPid)?;
                             spec.parent = Some(pid);
                         }
-                        "--grace-ms" => {
-                            let ms = value.to_str().and_then(|v| v.parse().ok()).ok_or(ArgsError::NotANumber)?;
-                            spec.grace = Some(Duration::from_millis(ms));
-                        }
+                        "--grace-ms" => spec.grace = Some(Duration::from_millis(number(&flag, &value)?)),
+                        "--memory" => spec.bounds.memory = Some(number(&flag, &value)?),
+                        "--processes" => spec.bounds.processes = Some(number(&flag, &value)?),
                         _ => return Err(ArgsError::Unknown(flag)),
                     }
                 }
@@ -175,6 +187,11 @@ impl ExecSpec {
         }
         Ok(spec)
     }
+}
+
+/// The number `value` of `flag`.
+fn number(flag: &str, value: &std::ffi::OsStr) -> Result<u64, ArgsError> {
+    value.to_str().and_then(|v| v.parse().ok()).ok_or_else(|| ArgsError::NotANumber(flag.to_owned()))
 }
 
 #[cfg(test)]
@@ -208,6 +225,11 @@ mod tests {
             }),
             parent: Some(4242),
             network: Network::Proxy("/ws/egress/1.sock".into()),
+            bounds: Bounds {
+                cgroups: vec!["/sys/fs/cgroup/memory/cassist-1".into(), "/sys/fs/cgroup/pids/cassist-1".into()],
+                memory: Some(64 << 20),
+                processes: Some(50),
+            },
             argv: vec!["sh".into(), "-c".into(), "--".into(), odd.clone(), "--cwd".into()],
         };
         let plain = ExecSpec { cwd: "/w".into(), argv: vec!["true".into()], ..ExecSpec::default() };
@@ -222,7 +244,9 @@ mod tests {
         assert!(bad(&["--cwd", "/w", "--bogus", "x", "--", "true"]).contains("unknown wrapper argument `--bogus`"));
         assert!(bad(&["--cwd", "/w", "--upper", "/u", "--", "true"]).contains("--mount-at"));
         assert!(bad(&["--cwd", "/w", "--state", "/s", "--", "true"]).contains("--state-dir"));
-        assert!(bad(&["--cwd", "/w", "--grace-ms", "soon", "--", "true"]).contains("number"));
+        assert!(bad(&["--cwd", "/w", "--grace-ms", "soon", "--", "true"]).contains("`--grace-ms` needs a number"));
+        assert!(bad(&["--cwd", "/w", "--memory", "8GiB", "--", "true"]).contains("`--memory` needs a number"));
+        assert!(bad(&["--cwd", "/w", "--processes", "-1", "--", "true"]).contains("`--processes` needs a number"));
         assert!(bad(&["--cwd", "/w", "--parent", "me", "--", "true"]).contains("pid"));
         assert!(bad(&["--cwd", "/w"]).contains("no command"));
         assert!(bad(&["--cwd"]).contains("needs a value"));

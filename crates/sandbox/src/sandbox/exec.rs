@@ -11,7 +11,7 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::{ForkResult, Pid, fork};
 
 use super::supervise::{Supervisor, exit_like};
-use super::{ExecSpec, SETUP_FAILED, WRAPPER_ENV, confine, fail, mounts, net};
+use super::{ExecSpec, SETUP_FAILED, WRAPPER_ENV, cgroup, confine, fail, mounts, net};
 
 /// `cassist __sandbox-exec ARGS`: reads the spec and execs (never returns).
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ! {
@@ -37,6 +37,11 @@ pub fn exec(spec: &ExecSpec) -> ! {
     // SAFETY: this process is single-threaded (a fresh re-exec of cassist).
     unsafe { std::env::remove_var(WRAPPER_ENV.0) };
     let argv = c_argv(spec);
+    // Into the command's cgroup first: whatever it forks, the namespace
+    // included, is inside.
+    if let Err(e) = cgroup::enter(&spec.bounds) {
+        fail(e);
+    }
     // Every signal the supervisors wait for is blocked and taken with
     // sigtimedwait, in order, on this one thread; the command gets an
     // empty mask back before it execs.

@@ -67,8 +67,18 @@
 //! The wrapper exits like the command did (same code, or the same signal),
 //! so the runner outside sees the command's own outcome.
 //!
+//! ## Memory and processes
+//!
+//! Before anything else, the wrapper moves itself into a cgroup of its
+//! own under the run's, where the command's memory (all its processes
+//! together) and process count are bounded ([`Bounds`]); where cassist has
+//! no cgroup it may write, each process gets resource limits instead. After
+//! the command, cassist reads from the cgroup's counters which limit it
+//! went past, and removes the cgroup with whatever is left in it.
+//!
 //! The modules: `spec` (what the wrapper is asked to do, [`ExecSpec`]),
-//! `args` (the spec as the wrapper's arguments and back), `exec` (the
+//! `args` (the spec as the wrapper's arguments and back), `cgroup` (the
+//! memory and process limits), `exec` (the
 //! wrapper itself: namespaces, the init, the command), `supervise` (the
 //! wait for the command, signals forwarded, orphans reaped), `mounts`
 //! (the command's view of the filesystem), `confine` (the command's own
@@ -77,6 +87,7 @@
 
 mod args;
 mod build_id;
+mod cgroup;
 mod confine;
 mod exec;
 mod host;
@@ -87,10 +98,11 @@ mod supervise;
 
 pub use args::ArgsError;
 pub use build_id::build_id;
+pub use cgroup::{Exceeded, Hierarchy, RunCgroups, find as find_cgroups};
 pub use exec::{exec, main};
 pub use host::{landlock_abi, overlay_safe, probe, userns_available};
 pub use net::{NetError, Network, PROXY_ADDR, proxy_env, receive_fd, socket_path_fits};
-pub use spec::{ExecSpec, Jail, Overlay, PRIVATE_TEMP, StateViews};
+pub use spec::{Bounds, ExecSpec, Jail, Overlay, PRIVATE_TEMP, StateViews};
 
 /// Exit code of the wrapper when the namespace or the mount could not be
 /// set up (the command never ran).

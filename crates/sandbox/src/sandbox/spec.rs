@@ -47,7 +47,29 @@ pub struct ExecSpec {
     pub parent: Option<u32>,
     /// The command's network (with namespaces).
     pub network: Network,
+    /// The memory and processes the command may use.
+    pub bounds: Bounds,
     pub argv: Vec<OsString>,
+}
+
+/// The memory and processes one command may use, and the cgroups that
+/// bound them. The wrapper makes a child of each of the [`cgroups`]
+/// (named by its own pid), sets the limits its controllers take there and
+/// moves itself in before it forks or enters a namespace: the command,
+/// its namespace and everything they start are inside. A limit no cgroup
+/// takes falls back to a resource limit of each process (`RLIMIT_DATA`,
+/// `RLIMIT_NPROC`).
+///
+/// [`cgroups`]: Bounds::cgroups
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Bounds {
+    /// The run's cgroup folders, one per hierarchy that has the memory or
+    /// the pids controller.
+    pub cgroups: Vec<PathBuf>,
+    /// Bytes of memory, all the command's processes together.
+    pub memory: Option<u64>,
+    /// Processes and threads at once (the wrapper's own not counted).
+    pub processes: Option<u64>,
 }
 
 /// What confines one command of a task, apart from its view of the
@@ -63,6 +85,7 @@ pub struct Jail {
     pub state: Option<StateViews>,
     /// With namespaces: the network it gets (see [`Network`]).
     pub network: Network,
+    pub bounds: Bounds,
 }
 
 /// An agent's state folders and files (canonical paths), seen
@@ -120,7 +143,7 @@ impl ExecSpec {
         cwd: &Path,
         argv: Vec<OsString>,
     ) -> ExecSpec {
-        let Jail { confined, mut hide, mut keep, writable, landlock, grace, state, network } = jail;
+        let Jail { confined, mut hide, mut keep, writable, landlock, grace, state, network, bounds } = jail;
         let mut read_only: Vec<PathBuf> = git_dir(root).into_iter().collect();
         if confined {
             // cassist's own state: its store, lock and records.
@@ -146,6 +169,7 @@ impl ExecSpec {
             state,
             parent: Some(std::process::id()),
             network: if namespaces { network } else { Network::Host },
+            bounds,
             argv,
         }
     }
