@@ -65,6 +65,15 @@ pub struct TaskContext<'a> {
     started: Instant,
 }
 
+/// The environment of setup, acceptance and build commands, whose
+/// `TMPDIR` is `tmp`: never a variable that names one of the session's
+/// sockets, which their sandbox hides.
+fn base_env(tmp: PathBuf) -> Vec<(OsString, OsString)> {
+    let mut env = invoke::environment(&[], &[("TMPDIR".into(), tmp.into())]);
+    cassist_sandbox::sandbox::without_socket_env(&mut env);
+    env
+}
+
 impl<'a> TaskContext<'a> {
     pub fn new(
         runner: &'a Runner,
@@ -84,7 +93,7 @@ impl<'a> TaskContext<'a> {
             record,
             ws,
             agents,
-            base_env: invoke::environment(&[], &[("TMPDIR".into(), tmp.into())]),
+            base_env: base_env(tmp),
             facts,
             iteration: 1,
             feedback: None,

@@ -43,6 +43,7 @@ sources![
     "host.rs",
     "mod.rs",
     "mounts.rs",
+    "secrets.rs",
     "spec.rs",
     "supervise.rs",
     "../../../../src/bin/cassist-sandbox.rs",

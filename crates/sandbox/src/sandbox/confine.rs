@@ -30,8 +30,9 @@ use super::{ExecSpec, NOT_FOUND, fail};
 pub const SAFE_DEVICES: [&str; 5] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
 
 /// The Landlock ABI cassist asks for (downgraded to what the kernel has):
-/// 6 brings signal and abstract unix socket scoping.
-const WANTED_ABI: ABI = ABI::V6;
+/// 6 brings signal and abstract unix socket scoping, 9 the connections to
+/// pathname unix sockets.
+const WANTED_ABI: ABI = ABI::V9;
 
 /// Confines this process as `spec` says and executes the command; never
 /// returns.
@@ -101,7 +102,9 @@ fn close_fds_above_stderr() {
 /// The Landlock rules of a command confined by `spec`:
 ///
 /// - read and execute everywhere ([`readable`]: in copy mode, everywhere
-///   but `/dev` and the hidden folders);
+///   but `/dev` and the hidden folders and files), and connect to the unix
+///   sockets there (ABI ≥ 9: a hidden socket, the ssh agent's, cannot be
+///   reached in copy mode either);
 /// - read and write (create, remove, rename, truncate) beneath
 ///   `spec.writable`, but never create a device node, and never ioctl a
 ///   device there;
@@ -115,7 +118,7 @@ fn close_fds_above_stderr() {
 /// Rules for paths that do not exist are left out.
 fn ruleset(spec: &ExecSpec) -> Result<RulesetCreated, landlock::RulesetError> {
     let abi = WANTED_ABI;
-    let read = AccessFs::from_read(abi);
+    let read = AccessFs::from_read(abi) | AccessFs::ResolveUnix;
     let write = AccessFs::from_write(abi) & !(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev);
     let device: BitFlags<AccessFs> = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
     let own_ptys = spec.namespaces && spec.confined;
@@ -133,20 +136,27 @@ fn ruleset(spec: &ExecSpec) -> Result<RulesetCreated, landlock::RulesetError> {
 /// What a command may read: everything (with namespaces, what it must not
 /// see is not mounted in its view). In copy mode, where the machine's
 /// `/dev` and every task's folders are in its view, everything but `/dev`
-/// (the user's terminal: its keystrokes) and the hidden folders (other
-/// tasks' workspaces and io folders, the project's `.cassist/`), except
-/// what it keeps or writes there. Listing a folder on the way to an
-/// exception (`/`, `/tmp`) is refused.
+/// (the user's terminal: its keystrokes) and the hidden folders and files
+/// (other tasks' workspaces and io folders, the project's `.cassist/`, the
+/// user's secrets), except what it keeps or writes there (but what is
+/// hidden inside that). Listing a folder on the way to an exception (`/`,
+/// `/tmp`, a HOME holding `.ssh`) is refused.
 fn readable(spec: &ExecSpec) -> Vec<PathBuf> {
     if spec.namespaces || !spec.confined {
         return vec![PathBuf::from("/")];
     }
     let mut excluded: Vec<PathBuf> = vec![PathBuf::from("/dev")];
-    excluded.extend(spec.hide.iter().filter(|h| h.exists()).cloned());
+    excluded.extend(spec.hide.iter().filter(|h| h.symlink_metadata().is_ok()).cloned());
     let mut out = Vec::new();
     readable_beside(Path::new("/"), &excluded, &mut out);
     let inside = |p: &PathBuf| excluded.iter().any(|e| p.starts_with(e));
-    out.extend(spec.keep.iter().chain(&spec.writable).filter(|p| inside(p)).cloned());
+    for kept in spec.keep.iter().chain(&spec.writable).filter(|p| inside(p)) {
+        if excluded.iter().any(|e| e != kept && e.starts_with(kept)) {
+            readable_beside(kept, &excluded, &mut out);
+        } else {
+            out.push(kept.clone());
+        }
+    }
     out
 }
 
