@@ -333,12 +333,19 @@ fn cover(spec: &ExecSpec) -> Result<()> {
 
 /// One empty, read-only file for each of `targets` (detached mounts to
 /// move over them), or none when there are none. The file is made on a
-/// scratch tmpfs mounted for a moment over the first target's folder
-/// (nothing else runs in the namespace yet), cloned once per target, and
-/// the scratch tmpfs unmounted: the clones keep the file, which no path
-/// leads to any more.
+/// scratch tmpfs mounted for a moment over `/tmp` (or the first target's
+/// folder; nothing else runs in the namespace yet), cloned once per
+/// target, and the scratch tmpfs unmounted: the clones keep the file,
+/// which no path leads to any more. Never over `/`: a lookup of `/` does
+/// not cross what is mounted over it, so the file would land in the real
+/// root.
 fn empty_files(targets: &[&PathBuf]) -> Result<Vec<OwnedFd>> {
-    let Some(at) = targets.first().and_then(|t| t.parent()) else { return Ok(Vec::new()) };
+    let Some(first) = targets.first() else { return Ok(Vec::new()) };
+    let tmp = Path::new("/tmp").canonicalize().ok();
+    let mut candidates = tmp.as_deref().into_iter().chain(first.parent());
+    let Some(at) = candidates.find(|d| d.parent().is_some() && d.is_dir()) else {
+        return Err(MountError::Cover { path: first.to_path_buf(), error: Errno::ENOENT });
+    };
     let err = |error| MountError::Cover { path: at.to_path_buf(), error };
     mount(
         Some("tmpfs"),
