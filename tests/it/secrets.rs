@@ -137,22 +137,28 @@ fn secrets_are_hidden_from_every_command(env: Env) {
     let marker = unique_marker("secret");
     let runtime = tempfile::Builder::new().prefix("rt-").tempdir_in(outside_temp_dir()).unwrap();
     let sock = runtime.path().join("bus");
-    let sock_str = sock.to_str().unwrap().to_owned();
     let bus = Bus::start(sock.clone(), format!("SOCKET-{marker}\n"));
+    // An ssh agent's socket, outside the runtime folder: hidden as
+    // SSH_AUTH_SOCK names it.
+    let agent_dir = tempfile::Builder::new().prefix("ssh-").tempdir_in(outside_temp_dir()).unwrap();
+    let agent_sock = agent_dir.path().join("agent.sock");
+    let ssh_agent = Bus::start(agent_sock.clone(), format!("SOCKET-{marker}\n"));
+    let sock_str = sock.to_str().unwrap().to_owned();
+    let sockets = format!("{sock_str},{}", agent_sock.display());
     let pass = ["ATTACK_OUT", "SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "DOCKER_HOST"];
     let p = Test::trusted()
-        .agent("thief-ro", "attacks/secrets.py", &["peek", &sock_str], &pass)
-        .agent("thief-rw", "attacks/secrets.py", &["grab", &sock_str, "write"], &pass)
+        .agent("thief-ro", "attacks/secrets.py", &["peek", &sockets], &pass)
+        .agent("thief-rw", "attacks/secrets.py", &["grab", &sockets, "write"], &pass)
         .file("src/a.txt", "a\n")
         .build();
     let script = p.fixture_copy("agents/attacks/secrets.py").display().to_string();
-    let acceptance = format!("python3 {script} acceptance {sock_str}");
+    let acceptance = format!("python3 {script} acceptance {sockets}");
     p.file("tasks/t.kdl", TASKS.replace("ACCEPTANCE", &acceptance.replace('"', "\\\"")));
     p.edit(
         "cassist.kdl",
         "test #false\n",
         &format!(
-            "test #false\nsetup \"python3 {script} setup {sock_str}\"\nsandbox {{\n    hide \"~/work-secrets\"\n}}\n"
+            "test #false\nsetup \"python3 {script} setup {sockets}\"\nsandbox {{\n    hide \"~/work-secrets\"\n}}\n"
         ),
     );
     p.commit_all();
@@ -165,7 +171,7 @@ fn secrets_are_hidden_from_every_command(env: Env) {
         .run(&[])
         .envs(env)
         .env("XDG_RUNTIME_DIR", runtime.path())
-        .env("SSH_AUTH_SOCK", &sock)
+        .env("SSH_AUTH_SOCK", &agent_sock)
         .env("DBUS_SESSION_BUS_ADDRESS", format!("unix:path={sock_str}"))
         .env("DOCKER_HOST", format!("unix://{sock_str}"))
         .env("ATTACK_OUT", p.out_str())
@@ -189,7 +195,7 @@ fn secrets_are_hidden_from_every_command(env: Env) {
     // where Landlock lacks the rule for it (ABI < 9): there only the
     // socket's folder is unreadable.
     let socket_hidden = !copy_mode(env) || cassist_sandbox::sandbox::landlock_abi() >= 9;
-    let leaks: Vec<&&str> = leaks.iter().filter(|l| socket_hidden || !l.contains(": socket: GOT")).collect();
+    let leaks: Vec<&&str> = leaks.iter().filter(|l| socket_hidden || !l.contains(": socket ")).collect();
     assert!(leaks.is_empty(), "secrets read: {leaks:#?}\n{log}");
     if copy_mode(env) {
         assert!(log.contains("secrets grab: .netrc: refused (Permission denied)"), "{log}");
@@ -200,7 +206,9 @@ fn secrets_are_hidden_from_every_command(env: Env) {
         assert!(log.contains("secrets acceptance: list work-secrets: empty"), "{log}");
     }
     if socket_hidden {
-        assert_eq!(bus.connections.load(Ordering::SeqCst), 0, "a command reached the socket:\n{log}");
+        for s in [&bus, &ssh_agent] {
+            assert_eq!(s.connections.load(Ordering::SeqCst), 0, "a command reached a socket:\n{log}");
+        }
     } else {
         eprintln!("note: Landlock ABI < 9: copy mode cannot refuse connections to the runtime folder's sockets here");
     }

@@ -42,7 +42,7 @@ use crate::agent::Agent;
 use crate::agent::invoke::Invocation;
 use crate::workspace::{Mode, Workspace};
 use cassist_core::spec::SandboxLevel;
-use cassist_sandbox::sandbox::{Jail, PRIVATE_TEMP, StateViews, secret_paths};
+use cassist_sandbox::sandbox::{Jail, PRIVATE_TEMP, StateViews, secret_paths, socket_paths};
 
 use super::Runner;
 
@@ -160,11 +160,14 @@ impl Runner {
     }
 
     /// What every confined command has hidden: the user's secrets
-    /// ([`secret_paths`]) and the project's `sandbox { hide … }` paths,
-    /// those that exist, canonical (a link is hidden where it leads).
+    /// ([`secret_paths`]), the sockets cassist's environment names
+    /// ([`socket_paths`]: an ssh agent's under `/tmp` too) and the
+    /// project's `sandbox { hide … }` paths, those that exist, canonical (a
+    /// link is hidden where it leads).
     pub(super) fn hidden_paths(&self, home: Option<&Path>) -> Vec<PathBuf> {
         let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
         let mut paths = secret_paths(home, runtime.as_deref());
+        paths.extend(socket_paths(|v| std::env::var_os(v)));
         paths.extend(self.plan.project.config.sandbox.hide_paths(home));
         let mut out: Vec<PathBuf> = paths.into_iter().filter_map(|p| p.canonicalize().ok()).collect();
         out.sort();

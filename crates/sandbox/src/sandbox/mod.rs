@@ -93,7 +93,7 @@ pub use args::ArgsError;
 pub use build_id::build_id;
 pub use exec::{exec, main};
 pub use host::{landlock_abi, overlay_safe, probe, userns_available};
-pub use secrets::{HOME_SECRETS, SECRET_SOCKETS, SOCKET_ENV, secret_paths, without_socket_env};
+pub use secrets::{HOME_SECRETS, SECRET_SOCKETS, SOCKET_ENV, secret_paths, socket_paths, without_socket_env};
 pub use spec::{ExecSpec, Jail, Overlay, PRIVATE_TEMP, StateViews};
 
 /// Exit code of the wrapper when the namespace or the mount could not be

@@ -53,6 +53,26 @@ pub fn secret_paths(home: Option<&Path>, runtime_dir: Option<&Path>) -> Vec<Path
     out
 }
 
+/// The sockets the [`SOCKET_ENV`] variables of cassist's environment
+/// (`var`) name, wherever they are (an ssh agent's under `/tmp`, a Docker
+/// socket under HOME): `SSH_AUTH_SOCK=PATH`, `GPG_AGENT_INFO=PATH:PID:1`,
+/// `DBUS_SESSION_BUS_ADDRESS=unix:path=PATH,…;…`, `DOCKER_HOST=unix://PATH`.
+/// Absolute paths only.
+pub fn socket_paths(var: impl Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
+    let text = |name: &str| var(name).and_then(|v| v.into_string().ok());
+    let mut out: Vec<String> = Vec::new();
+    out.extend(text("SSH_AUTH_SOCK"));
+    out.extend(text("GPG_AGENT_INFO").and_then(|v| v.split(':').next().map(str::to_owned)));
+    if let Some(bus) = text("DBUS_SESSION_BUS_ADDRESS") {
+        for address in bus.split(';') {
+            let Some(params) = address.strip_prefix("unix:") else { continue };
+            out.extend(params.split(',').filter_map(|kv| kv.strip_prefix("path=")).map(str::to_owned));
+        }
+    }
+    out.extend(text("DOCKER_HOST").and_then(|v| v.strip_prefix("unix://").map(str::to_owned)));
+    out.into_iter().map(PathBuf::from).filter(|p| p.is_absolute()).collect()
+}
+
 /// `env` without the [`SOCKET_ENV`] variables.
 pub fn without_socket_env(env: &mut Vec<(OsString, OsString)>) {
     env.retain(|(k, _)| !k.to_str().is_some_and(|k| SOCKET_ENV.contains(&k)));
@@ -84,5 +104,32 @@ mod tests {
                 .collect();
         without_socket_env(&mut env);
         assert_eq!(env, [("PATH".into(), "/bin".into()), ("HOME".into(), "/home/u".into())]);
+    }
+
+    #[test]
+    fn the_socket_variables_name_the_sockets_to_hide() {
+        let vars = [
+            ("SSH_AUTH_SOCK", "/tmp/ssh-x/agent.1"),
+            ("GPG_AGENT_INFO", "/run/user/1/gnupg/S.gpg-agent:0:1"),
+            ("DBUS_SESSION_BUS_ADDRESS", "unix:path=/run/user/1/bus,guid=ab;unix:abstract=/tmp/dbus-x;tcp:host=h"),
+            ("DOCKER_HOST", "unix:///home/u/.docker/run/docker.sock"),
+        ];
+        let var = |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| OsString::from(v));
+        assert_eq!(
+            socket_paths(var),
+            [
+                PathBuf::from("/tmp/ssh-x/agent.1"),
+                PathBuf::from("/run/user/1/gnupg/S.gpg-agent"),
+                PathBuf::from("/run/user/1/bus"),
+                PathBuf::from("/home/u/.docker/run/docker.sock"),
+            ]
+        );
+        // A TCP Docker host or a relative path names no socket here.
+        let other = |name: &str| match name {
+            "DOCKER_HOST" => Some(OsString::from("tcp://10.0.0.1:2375")),
+            "SSH_AUTH_SOCK" => Some(OsString::from("agent.sock")),
+            _ => None,
+        };
+        assert_eq!(socket_paths(other), Vec::<PathBuf>::new());
     }
 }
