@@ -42,6 +42,9 @@ const SECRETS: &[&str] = &[
     ".git-credentials",
     ".npmrc",
     "work-secrets/token",
+    // In the agents' state folder, which they may write: hidden all the
+    // same.
+    ".cache/notes/token",
 ];
 
 /// A unix socket that answers every connection with `text` and counts
@@ -158,7 +161,7 @@ fn secrets_are_hidden_from_every_command(env: Env) {
         "cassist.kdl",
         "test #false\n",
         &format!(
-            "test #false\nsetup \"python3 {script} setup {sockets}\"\nsandbox {{\n    hide \"~/work-secrets\"\n}}\n"
+            "test #false\nsetup \"python3 {script} setup {sockets}\"\nsandbox {{\n    hide \"~/work-secrets\" \"~/.cache/notes\"\n}}\n"
         ),
     );
     p.commit_all();

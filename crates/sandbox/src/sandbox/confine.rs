@@ -107,7 +107,10 @@ fn close_fds_above_stderr() {
 ///   reached in copy mode either);
 /// - read and write (create, remove, rename, truncate) beneath
 ///   `spec.writable`, but never create a device node, and never ioctl a
-///   device there;
+///   device there; in copy mode a writable folder holding a hidden path
+///   (a `sandbox { hide }` path in an agent's state folder) is written
+///   only, its reading left to [`readable`], which leaves the hidden path
+///   out;
 /// - read, write and ioctl the [`SAFE_DEVICES`], and with a private
 ///   `devpts` its own ptys; no other device node can be opened for writing
 ///   or sent an ioctl (a block device, the user's terminal);
@@ -123,12 +126,16 @@ fn ruleset(spec: &ExecSpec) -> Result<RulesetCreated, landlock::RulesetError> {
     let device: BitFlags<AccessFs> = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
     let own_ptys = spec.namespaces && spec.confined;
     let ptys: &[&Path] = if own_ptys { &[Path::new("/dev/pts")] } else { &[] };
+    let hidden = excluded(spec);
+    let (write_only, read_write): (Vec<&PathBuf>, Vec<&PathBuf>) =
+        spec.writable.iter().partition(|w| hidden.iter().any(|h| h != *w && h.starts_with(w)));
     Ruleset::default()
         .handle_access(AccessFs::from_all(abi))?
         .scope(Scope::Signal | Scope::AbstractUnixSocket)?
         .create()?
         .add_rules(path_beneath_rules(readable(spec), read))?
-        .add_rules(path_beneath_rules(&spec.writable, read | write))?
+        .add_rules(path_beneath_rules(read_write, read | write))?
+        .add_rules(path_beneath_rules(write_only, write))?
         .add_rules(path_beneath_rules(SAFE_DEVICES, device))?
         .add_rules(path_beneath_rules(ptys, device))
 }
@@ -145,8 +152,7 @@ fn readable(spec: &ExecSpec) -> Vec<PathBuf> {
     if spec.namespaces || !spec.confined {
         return vec![PathBuf::from("/")];
     }
-    let mut excluded: Vec<PathBuf> = vec![PathBuf::from("/dev")];
-    excluded.extend(spec.hide.iter().filter(|h| h.symlink_metadata().is_ok()).cloned());
+    let excluded = excluded(spec);
     let mut out = Vec::new();
     readable_beside(Path::new("/"), &excluded, &mut out);
     let inside = |p: &PathBuf| excluded.iter().any(|e| p.starts_with(e));
@@ -160,6 +166,18 @@ fn readable(spec: &ExecSpec) -> Vec<PathBuf> {
     out
 }
 
+/// What a command confined by `spec` may not read in copy mode (with
+/// namespaces, or unconfined: nothing, what it must not see is not in its
+/// view): `/dev` and the hidden paths that exist.
+fn excluded(spec: &ExecSpec) -> Vec<PathBuf> {
+    if spec.namespaces || !spec.confined {
+        return Vec::new();
+    }
+    let mut excluded: Vec<PathBuf> = vec![PathBuf::from("/dev")];
+    excluded.extend(spec.hide.iter().filter(|h| h.symlink_metadata().is_ok()).cloned());
+    excluded
+}
+
 /// Collects the entries of `dir` (which holds an excluded path) that hold
 /// none, going down into those that do.
 fn readable_beside(dir: &Path, excluded: &[PathBuf], out: &mut Vec<PathBuf>) {
@@ -167,6 +185,13 @@ fn readable_beside(dir: &Path, excluded: &[PathBuf], out: &mut Vec<PathBuf>) {
     for entry in entries.flatten() {
         let p = entry.path();
         if excluded.contains(&p) {
+            continue;
+        }
+        // A rule follows a link: one leading to or around an excluded
+        // path would open it (its target is walked where it lies).
+        if entry.file_type().is_ok_and(|t| t.is_symlink())
+            && p.canonicalize().is_ok_and(|real| excluded.iter().any(|e| e.starts_with(&real) || real.starts_with(e)))
+        {
             continue;
         }
         if excluded.iter().any(|e| e.starts_with(&p)) {
