@@ -32,6 +32,7 @@ mod replay;
 mod review;
 mod run;
 mod sandbox;
+mod secrets;
 mod serial;
 mod servers;
 mod snapshot;

@@ -12,10 +12,10 @@
 //! The leaves many stages share: [`paths`] (globs, the project walker, the
 //! one `.git`/`.cassist` rule, file stamps), [`fsx`] (atomic writes, the
 //! `.cassist/` folder), [`event`] (task states, reports, progress events),
-//! [`changes`] (change sets), [`limits`] (size limits), [`part`] (a part of
-//! a split task), [`template`] (the `{name}` placeholder syntax), [`text`],
-//! [`exit`] (the exit codes), [`failpoint`] (the crash points of the kill
-//! tests).
+//! [`changes`] (change sets), [`limits`] (size limits), [`netaddr`] (the
+//! hosts of the network allow-lists), [`part`] (a part of a split task),
+//! [`template`] (the `{name}` placeholder syntax), [`text`], [`exit`] (the
+//! exit codes), [`failpoint`] (the crash points of the kill tests).
 
 /// `println!` that never panics and never stops cassist: a reader that
 /// went away (`cassist plan --json | head`) loses the rest of the output,
@@ -104,6 +104,7 @@ pub mod journal;
 pub mod limits;
 pub mod lock;
 pub mod merge;
+pub mod netaddr;
 pub mod part;
 pub mod paths;
 pub mod plan;

@@ -62,6 +62,11 @@ pub struct AcceptanceResult {
     /// The last part of the command's output (stdout and stderr).
     #[serde(skip)]
     pub tail: String,
+    /// Why it could not run a program it named, where the sandbox hides
+    /// that program ("/tmp/venv/bin/pytest is not visible in the
+    /// sandbox: …").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 static ANSI: LazyLock<Regex> = LazyLock::new(|| {
@@ -279,6 +284,9 @@ pub fn feedback(result: &AcceptanceResult, limit: usize) -> String {
         out.push_str(&format!(" ({c})"));
     }
     out.push_str(".\n");
+    if let Some(note) = &result.note {
+        out.push_str(&format!("Note: {note}.\n"));
+    }
     let clean = strip_ansi(&result.tail);
     let tail = clean.trim_end();
     let tail = tail.trim_start_matches('\n');
@@ -550,6 +558,7 @@ FAIL
             counts: counts(3, 1, 0),
             timed_out: false,
             tail: tail.into(),
+            note: None,
         }
     }
 

@@ -46,6 +46,26 @@ pub struct AgentKey {
     pub try_agents: Vec<String>,
 }
 
+/// The hosts the commands of a task may reach: `network { allow … }` of
+/// the project (`None` without the block: setup then reaches any host),
+/// and the `allow` hosts of the custom agents it may run. Each list
+/// sorted and de-duplicated. Not an input at all when neither is given,
+/// so that a key made before allow-lists existed keeps its hash.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NetworkKey {
+    pub allow: Option<Vec<String>>,
+    pub agent: Vec<String>,
+}
+
+/// The host paths of `sandbox { read …; hide … }`, as written (`~/` not
+/// taken against anyone's HOME), sorted and de-duplicated. Not an input
+/// when both are empty.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SandboxPathsKey {
+    pub read: Vec<String>,
+    pub hide: Vec<String>,
+}
+
 /// Project config that changes what a run does.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ProjectKey {

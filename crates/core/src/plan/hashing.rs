@@ -10,7 +10,7 @@ use super::context::{ResolveError, ResolvedFile, Resolver, sort_unique};
 use super::filehash::{self, ReadError};
 use super::hash::{self, Input, ProjectKey, hash_bytes, hash_json};
 use super::par::timing;
-use super::settings::{agent_key, planned_task};
+use super::settings::{agent_key, network_input, planned_task, sandbox_paths_input};
 use super::{Loaded, Plan, PlannedTask, State, state};
 use crate::project::Project;
 use crate::spec::diag::SpecDiagnostic;
@@ -240,6 +240,11 @@ impl Hashing {
             Input { kind: "template", name: self.template_name.clone(), hash: self.template_hash.clone() },
             Input { kind: "project", name: "commands".to_owned(), hash: project_hash.clone() },
         ]);
+        // The hosts and host paths its commands are given: inputs only
+        // when the config names any, so that a project without them
+        // hashes as before they existed.
+        inputs.extend(network_input(config, &t.agent));
+        inputs.extend(sandbox_paths_input(config));
         inputs.extend(instructions.iter().cloned());
         inputs.extend(context);
         inputs.extend(reference);
@@ -282,7 +287,8 @@ impl Hashing {
 
 /// The recipe of a task whose input key is `key` (its agent's key
 /// `agent`): everything of the key but what the tree and the machine bring
-/// to it. Left out: the contents of the files it reads (context, reference,
+/// to it (the network allow-lists and sandbox paths are in it). Left out:
+/// the contents of the files it reads (context, reference,
 /// standing instructions) and which files its patterns match now, its
 /// dependencies' outputs (compared on their own:
 /// [`dependencies_hash`]), the agent's version, and the limits that bound
@@ -304,7 +310,11 @@ pub fn recipe_hash(key: &hash::InputKey, agent: &hash::AgentKey) -> String {
         a.timeout_ms = None;
     }
     let agent = hash::AgentKey { version: None, ..agent.clone() };
-    let inputs = key.inputs.iter().filter(|i| matches!(i.kind, "model" | "sandbox" | "template" | "project")).collect();
+    let inputs = key
+        .inputs
+        .iter()
+        .filter(|i| matches!(i.kind, "model" | "sandbox" | "template" | "project" | "network" | "sandbox-paths"))
+        .collect();
     hash_json(&Recipe { format: key.format, spec, agent, inputs })
 }
 

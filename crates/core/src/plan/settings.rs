@@ -74,6 +74,40 @@ pub(super) fn agent_key(config: &ProjectConfig, name: &str, versions: &HashMap<S
     key
 }
 
+/// The `network` input of a task whose agent is `agent`: the project's
+/// allow-list and the `allow` hosts of the agents `agent` may run (itself,
+/// or the members of its `try` chain); `None` when there are neither.
+pub(super) fn network_input(config: &ProjectConfig, agent: &str) -> Option<hash::Input> {
+    let sorted = |hosts: &mut dyn Iterator<Item = &String>| -> Vec<String> {
+        let set: BTreeSet<String> = hosts.cloned().collect();
+        set.into_iter().collect()
+    };
+    let candidates = config.candidates(agent);
+    let mut agent_hosts = candidates.iter().filter_map(|c| config.agents.get(c)).flat_map(|a| a.allow.iter());
+    let key = hash::NetworkKey {
+        allow: config.network.as_ref().map(|n| sorted(&mut n.allow.iter())),
+        agent: sorted(&mut agent_hosts),
+    };
+    if key.allow.is_none() && key.agent.is_empty() {
+        return None;
+    }
+    Some(hash::Input { kind: "network", name: "allow".to_owned(), hash: hash::hash_json(&key) })
+}
+
+/// The `sandbox-paths` input of every task: the paths of `sandbox { read
+/// …; hide … }` as written; `None` when there are none.
+pub(super) fn sandbox_paths_input(config: &ProjectConfig) -> Option<hash::Input> {
+    if config.sandbox.is_empty() {
+        return None;
+    }
+    let sorted = |v: &[crate::spec::Spanned<String>]| -> Vec<String> {
+        let set: BTreeSet<String> = v.iter().map(|s| s.value.clone()).collect();
+        set.into_iter().collect()
+    };
+    let key = hash::SandboxPathsKey { read: sorted(&config.sandbox.read), hide: sorted(&config.sandbox.hide) };
+    Some(hash::Input { kind: "sandbox-paths", name: "read/hide".to_owned(), hash: hash::hash_json(&key) })
+}
+
 /// The normalized spec of a task, with its effective settings.
 pub(super) fn spec_key(task: &Task, timeout: Duration, max_iterations: u32, max_cost: Option<f64>) -> SpecKey {
     let sorted = |v: &[crate::spec::Spanned<String>]| -> Vec<String> {

@@ -518,3 +518,50 @@ fn the_recipe_leaves_out_what_the_tree_and_the_machine_bring() {
     assert_eq!(filled("e").dependencies, None, "no dependencies, no hash");
     assert!(filled("c").dependencies.is_some());
 }
+
+#[test]
+fn the_network_allow_lists_and_sandbox_paths_are_in_the_key_and_recipe_only_when_given() {
+    let dir = recipe_project(|t| t.to_owned());
+    let recorded = record(dir.path(), &[("claude", "1.0")]);
+    let kinds = |t: &PlannedTask| t.key.inputs.iter().map(|i| i.kind).collect::<Vec<_>>();
+    for t in &recorded.tasks {
+        assert!(!kinds(t).iter().any(|k| matches!(*k, "network" | "sandbox-paths")), "{:?}", kinds(t));
+    }
+    let cfg = dir.path().join("cassist.kdl");
+    let base = std::fs::read_to_string(&cfg).unwrap();
+    let hash_of = |extra: &str| {
+        std::fs::write(&cfg, format!("{base}{extra}")).unwrap();
+        let p = plan_with(dir.path(), &[("claude", "1.0")]);
+        let mut c = p.get("c").unwrap().clone();
+        p.hashing.fill_recipe(&p.project.config, &mut c);
+        (c.hash.clone(), c.recipe.clone())
+    };
+    let none = hash_of("");
+    let empty = hash_of("network {\n}\n");
+    let one = hash_of("network {\n    allow \"a.example.com\"\n}\n");
+    let same = hash_of("network {\n    allow \"a.example.com\" \"a.example.com\"\n}\n");
+    let agent = hash_of("agent \"y\" {\n    command \"true\"\n    allow \"api.example.com\"\n}\n");
+    let read = hash_of("sandbox {\n    read \"/opt/tools\"\n}\n");
+    let hide = hash_of("sandbox {\n    hide \"/opt/tools\"\n}\n");
+    assert_eq!(one, same, "the same hosts");
+    let all = [&none, &empty, &one, &read, &hide];
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            assert_ne!(a.0, b.0);
+            assert_ne!(a.1, b.1, "the recipe sees it too");
+        }
+    }
+    // Another agent's hosts are not this task's.
+    assert_eq!(agent, none);
+
+    // A task whose allow-list or sandbox paths changed runs again, though
+    // only a file it reads changed besides (which alone is a
+    // verification).
+    std::fs::write(dir.path().join("ctx.txt"), "two\n").unwrap();
+    for extra in ["", "network {\n    allow \"a.example.com\"\n}\n", "sandbox {\n    read \"/opt/tools\"\n}\n"] {
+        std::fs::write(&cfg, format!("{base}{extra}")).unwrap();
+        let p = plan_with(dir.path(), &[("claude", "1.0")]);
+        let want = if extra.is_empty() { State::Verify } else { State::Run };
+        assert_eq!(p.get("c").unwrap().state, want, "{extra}");
+    }
+}

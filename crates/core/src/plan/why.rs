@@ -202,27 +202,42 @@ fn differences(plan: &Plan, t: &PlannedTask) -> Vec<String> {
                 "template" => "template changed".to_owned(),
                 "project" => "project config (setup, test, build commands or limits) changed".to_owned(),
                 "sandbox" => "sandbox changed".to_owned(),
+                "network" | "sandbox-paths" => config_change(kind),
                 _ => format!("{name} changed"),
             }),
             None => reasons.push(match kind.as_str() {
                 "agent" => format!("agent changed to {name}"),
                 "sandbox" => format!("sandbox changed to {name}"),
+                "network" | "sandbox-paths" => config_change(kind),
                 "context" | "reference" | "instructions" => format!("{name} added"),
                 _ => format!("{kind} {name} added"),
             }),
         }
     }
     for (kind, name) in a.keys() {
-        if !b.contains_key(&(kind.clone(), name.clone()))
-            && matches!(kind.as_str(), "context" | "reference" | "instructions" | "dependency")
-        {
+        if b.contains_key(&(kind.clone(), name.clone())) {
+            continue;
+        }
+        if matches!(kind.as_str(), "context" | "reference" | "instructions" | "dependency") {
             reasons.push(format!("{name} removed"));
+        } else if matches!(kind.as_str(), "network" | "sandbox-paths") {
+            reasons.push(config_change(kind));
         }
     }
     if reasons.len() == known {
         reasons.push("inputs changed".to_owned());
     }
     reasons
+}
+
+/// What a change of the input `kind` of the config says: the network
+/// allow-lists (`network { allow }`, an agent's `allow`) or the sandbox's
+/// host paths (`sandbox { read; hide }`), given, changed or taken out.
+fn config_change(kind: &str) -> String {
+    match kind {
+        "network" => "network allow-list changed".to_owned(),
+        _ => "sandbox paths changed".to_owned(),
+    }
 }
 
 fn key_from_json(v: &serde_json::Value) -> Option<super::hash::InputKey> {
@@ -238,6 +253,8 @@ fn key_from_json(v: &serde_json::Value) -> Option<super::hash::InputKey> {
                 "sandbox" => "sandbox",
                 "template" => "template",
                 "project" => "project",
+                "network" => "network",
+                "sandbox-paths" => "sandbox-paths",
                 "instructions" => "instructions",
                 "context" => "context",
                 "reference" => "reference",

@@ -1,10 +1,10 @@
 //! The project config `cassist.kdl` at the project root (optional: trust,
-//! defaults, cache, limits, setup/test/build commands, the prompt
-//! template, instructions, custom agents), and the fallback trust source
-//! `.agents/config.toml`.
+//! defaults, cache, limits, the network allow-list, the sandbox's extra
+//! paths, setup/test/build commands, the prompt template, instructions,
+//! custom agents), and the fallback trust source `.agents/config.toml`.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,11 +22,25 @@ use crate::limits::Limits;
 /// a test there holds to these names.
 pub const BUILTIN_AGENTS: &[&str] = &["claude", "codex", "droid", "gemini"];
 
-pub const CONFIG_NODES: &[&str] =
-    &["trust", "defaults", "cache", "limits", "setup", "test", "build", "prompt-template", "instructions", "agent"];
+pub const CONFIG_NODES: &[&str] = &[
+    "trust",
+    "defaults",
+    "cache",
+    "limits",
+    "network",
+    "sandbox",
+    "setup",
+    "test",
+    "build",
+    "prompt-template",
+    "instructions",
+    "agent",
+];
 const DEFAULTS_NODES: &[&str] = &["agent", "model", "timeout", "max-iterations", "max-cost"];
 const LIMITS_NODES: &[&str] = &["file-size", "change-size", "files", "transcript", "memory", "processes"];
-const AGENT_NODES: &[&str] = &["command", "pass-env", "try"];
+const NETWORK_NODES: &[&str] = &["allow"];
+const SANDBOX_NODES: &[&str] = &["read", "hide"];
+const AGENT_NODES: &[&str] = &["command", "pass-env", "try", "allow"];
 /// Placeholders a custom agent's command may use.
 pub const COMMAND_PLACEHOLDERS: &[&str] = &["prompt", "prompt_file", "workdir", "task", "model"];
 
@@ -66,6 +80,59 @@ pub struct CustomAgent {
     pub name: String,
     pub def: CustomAgentDef,
     pub pass_env: Vec<String>,
+    /// `allow "api.example.com"`: the hosts this agent may reach (its model
+    /// API), each checked as [`crate::netaddr::host_allowed_in_project`].
+    pub allow: Vec<String>,
+}
+
+/// `network { allow … }`: the hosts the commands of every task may reach,
+/// each checked as [`crate::netaddr::host_allowed_in_project`], as
+/// written.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetworkConfig {
+    pub allow: Vec<String>,
+}
+
+/// `sandbox { read …; hide … }`: host paths every command of a task may
+/// read (read-only), and paths hidden from every one of them. Each is
+/// absolute or starts with `~/` (the user's HOME, taken when a command
+/// runs: [`expand_home`]); kept as written, which is what the tasks' input
+/// hash sees. A path both read and hidden is hidden.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxConfig {
+    pub read: Vec<Spanned<String>>,
+    pub hide: Vec<Spanned<String>>,
+}
+
+impl SandboxConfig {
+    /// Whether neither `read` nor `hide` is given.
+    pub fn is_empty(&self) -> bool {
+        self.read.is_empty() && self.hide.is_empty()
+    }
+
+    /// The `read` paths, `~/` taken against `home` (one starting with `~/`
+    /// is left out when there is no HOME).
+    pub fn read_paths(&self, home: Option<&Path>) -> Vec<PathBuf> {
+        self.read.iter().filter_map(|p| expand_home(&p.value, home)).collect()
+    }
+
+    /// The `hide` paths, as [`SandboxConfig::read_paths`].
+    pub fn hide_paths(&self, home: Option<&Path>) -> Vec<PathBuf> {
+        self.hide.iter().filter_map(|p| expand_home(&p.value, home)).collect()
+    }
+}
+
+/// A path of `sandbox { … }` on this machine: `~` is `home` and `~/rest`
+/// is `home/rest` (`None` without a HOME), an absolute path is itself,
+/// anything else is `None` (the config's diagnostics refuse it).
+pub fn expand_home(path: &str, home: Option<&Path>) -> Option<PathBuf> {
+    if path == "~" {
+        return home.map(Path::to_path_buf);
+    }
+    match path.strip_prefix("~/") {
+        Some(rest) => home.map(|h| h.join(rest)),
+        None => Path::new(path).is_absolute().then(|| PathBuf::from(path)),
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -87,6 +154,11 @@ pub struct ProjectConfig {
     pub cache: super::remote::CacheConfig,
     /// `limits { … }`, defaults filled in.
     pub limits: Limits,
+    /// `network { allow … }`; `None` without the block (then setup may
+    /// reach any host), `Some` even when it allows nothing.
+    pub network: Option<NetworkConfig>,
+    /// `sandbox { read …; hide … }`.
+    pub sandbox: SandboxConfig,
     pub setup: Vec<String>,
     pub test: TestSetting,
     pub build: Vec<String>,
@@ -159,8 +231,10 @@ fn read_config(r: &mut Reader<'_>, doc: &KdlDocument, config: &mut ProjectConfig
     let mut test_nodes: Vec<&KdlNode> = Vec::new();
     for node in doc.nodes() {
         let name = Reader::name(node);
-        if matches!(name, "trust" | "defaults" | "cache" | "limits" | "prompt-template" | "instructions")
-            && !once.first(r, node)
+        if matches!(
+            name,
+            "trust" | "defaults" | "cache" | "limits" | "network" | "sandbox" | "prompt-template" | "instructions"
+        ) && !once.first(r, node)
         {
             continue;
         }
@@ -184,6 +258,8 @@ fn read_config(r: &mut Reader<'_>, doc: &KdlDocument, config: &mut ProjectConfig
             "defaults" => read_defaults(r, node, &mut config.defaults),
             "cache" => super::remote::read_cache(r, node, &mut config.cache),
             "limits" => read_limits(r, node, &mut config.limits),
+            "network" => config.network = Some(read_network(r, node)),
+            "sandbox" => read_sandbox(r, node, &mut config.sandbox),
             "setup" => config.setup.extend(commands(r, node, "setup \"npm ci\"")),
             "build" => config.build.extend(commands(r, node, "build \"cargo build\"")),
             "test" => test_nodes.push(node),
@@ -357,6 +433,83 @@ fn read_limits(r: &mut Reader<'_>, node: &KdlNode, limits: &mut Limits) {
     }
 }
 
+/// `network { allow "a.example.com" "b.example.org" }`: `allow` may be
+/// given more than once.
+fn read_network(r: &mut Reader<'_>, node: &KdlNode) -> NetworkConfig {
+    let mut network = NetworkConfig::default();
+    for child in r.block(node, "network { allow \"packages.example.com\" }") {
+        match Reader::name(child) {
+            "allow" => network.allow.extend(read_allow(r, child)),
+            _ => r.unknown_node(child, "in `network`", NETWORK_NODES),
+        }
+    }
+    network
+}
+
+/// The hosts of an `allow` node, each one a project may name
+/// ([`crate::netaddr::host_allowed_in_project`]); a diagnostic for each
+/// other one.
+fn read_allow(r: &mut Reader<'_>, node: &KdlNode) -> Vec<String> {
+    use crate::netaddr::{AllowError, USER_ALLOW_VAR, host_allowed_in_project};
+    let mut hosts = Vec::new();
+    for host in r.string_list(node, "allow \"packages.example.com\"") {
+        match host_allowed_in_project(&host.value) {
+            Ok(_) => hosts.push(host.value),
+            Err(AllowError::Malformed(why)) => {
+                r.error("bad-host", format!("`{}` is not a host to allow: {why}", host.value), host.span, "here")
+                    .set_help(
+                        "write a host name (`packages.example.com`), optionally with `*.` before it and `:443` after it, or a public IP address",
+                    );
+            }
+            Err(AllowError::NotPublic(class)) => {
+                r.error(
+                    "local-host",
+                    format!("`{}` is {}: a project's files cannot allow it", host.value, class.describe()),
+                    host.span,
+                    class.describe(),
+                )
+                .set_help(format!(
+                    "localhost, loopback, private, link-local, unspecified and cloud metadata addresses (169.254.169.254) can only be allowed by the user, through the environment variable {USER_ALLOW_VAR}, never by the project's files: a pull request could otherwise open the CI runner's metadata service or its network"
+                ));
+            }
+        }
+    }
+    hosts
+}
+
+/// `sandbox { read "/opt/toolchains"; hide "~/work-secrets" }`: each node
+/// may be given more than once, with several paths.
+fn read_sandbox(r: &mut Reader<'_>, node: &KdlNode, sandbox: &mut SandboxConfig) {
+    for child in r.block(node, "sandbox { read \"/opt/toolchains\" }") {
+        let name = Reader::name(child);
+        let (example, absolute, in_home) = match name {
+            "read" => ("read \"/opt/toolchains\"", "/opt/toolchains", "~/sdk"),
+            "hide" => ("hide \"~/work-secrets\"", "/srv/secrets", "~/work-secrets"),
+            _ => {
+                r.unknown_node(child, "in `sandbox`", SANDBOX_NODES);
+                continue;
+            }
+        };
+        for p in r.string_list(child, example) {
+            let whole = p.value.trim_end_matches('/').is_empty() || p.value.trim_end_matches('/') == "~";
+            if whole && name == "hide" {
+                r.error("hide-everything", format!("`{}` cannot be hidden", p.value), p.span, "too wide").set_help(
+                    "commands need the machine's root and your home folder: hide the folders in them that hold secrets",
+                );
+            } else if expand_home(&p.value, Some(Path::new("/"))).is_none() {
+                r.error("relative-path", format!("`{}` is not an absolute path", p.value), p.span, "relative path")
+                    .set_help(format!(
+                        "sandbox paths are host paths outside the project: write an absolute path (`{name} \"{absolute}\"`) or one under your home folder (`{name} \"{in_home}\"`)"
+                    ));
+            } else if name == "read" {
+                sandbox.read.push(p);
+            } else {
+                sandbox.hide.push(p);
+            }
+        }
+    }
+}
+
 /// `files N` or `processes N` in `limits` (`what` it counts, for the
 /// help): a whole number from 1.
 fn read_count(r: &mut Reader<'_>, node: &KdlNode, what: &str) -> Option<u64> {
@@ -414,6 +567,7 @@ fn read_agent(r: &mut Reader<'_>, node: &KdlNode) -> Option<(CustomAgent, Source
     let mut command: Option<Vec<String>> = None;
     let mut tries: Option<Vec<Spanned<String>>> = None;
     let mut pass_env = Vec::new();
+    let mut allow = Vec::new();
     let mut once = Once::default();
     let children = node.children().map(|d| d.nodes()).unwrap_or(&[]);
     for child in children {
@@ -470,6 +624,7 @@ fn read_agent(r: &mut Reader<'_>, node: &KdlNode) -> Option<(CustomAgent, Source
                     }
                 }
             }
+            "allow" => allow.extend(read_allow(r, child)),
             _ => r.unknown_node(child, "in a custom agent", AGENT_NODES),
         }
     }
@@ -500,7 +655,7 @@ fn read_agent(r: &mut Reader<'_>, node: &KdlNode) -> Option<(CustomAgent, Source
             return None;
         }
     };
-    Some((CustomAgent { name: name.value, def, pass_env }, name.span))
+    Some((CustomAgent { name: name.value, def, pass_env, allow }, name.span))
 }
 
 /// Where `rel` really is when a symlink on its way leads out of `root`.
@@ -653,5 +808,72 @@ mod tests {
                 "a bad value leaves the default"
             );
         }
+    }
+
+    #[test]
+    fn the_network_block_and_an_agents_allow_list_their_hosts() {
+        let (config, errors) = read("");
+        assert!(config.network.is_none() && errors.is_empty());
+        let (config, errors) = read("network {\n}\n");
+        assert_eq!((config.network, errors.len()), (Some(NetworkConfig::default()), 0));
+        let (config, errors) = read(
+            "network {\n    allow \"packages.example.com\" \"mirror.example.org:443\"\n    allow \"*.pkg.dev\"\n}\nagent \"aider\" {\n    command \"aider\"\n    allow \"api.example.com\"\n}\n",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(config.network.unwrap().allow, ["packages.example.com", "mirror.example.org:443", "*.pkg.dev"]);
+        assert_eq!(config.agents["aider"].allow, ["api.example.com"]);
+    }
+
+    #[test]
+    fn a_project_cannot_allow_local_or_metadata_hosts() {
+        for (host, kind) in [
+            ("localhost", "a loopback address"),
+            ("127.0.0.1", "a loopback address"),
+            ("10.0.0.5", "a private address"),
+            ("169.254.169.254", "a cloud metadata address"),
+            ("fe80::1", "a link-local address"),
+            ("0.0.0.0", "an unspecified address"),
+        ] {
+            for text in [
+                format!("network {{\n    allow \"ok.example.com\" {host:?}\n}}\n"),
+                format!("agent \"a\" {{\n    command \"a\"\n    allow {host:?}\n}}\n"),
+            ] {
+                let (config, errors) = read(&text);
+                assert_eq!(errors, [format!("`{host}` is {kind}: a project's files cannot allow it")], "{text}");
+                let allowed = config.network.map(|n| n.allow).or(config.agents.get("a").map(|a| a.allow.clone()));
+                assert!(!allowed.unwrap_or_default().contains(&host.to_owned()));
+            }
+        }
+        let (_, errors) = read("network {\n    allow \"https://example.com\"\n}\n");
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].starts_with("`https://example.com` is not a host to allow"), "{errors:?}");
+    }
+
+    #[test]
+    fn sandbox_paths_are_absolute_or_under_home() {
+        let (config, errors) = read(
+            "sandbox {\n    read \"/opt/toolchains\" \"~/sdk\"\n    hide \"~/work-secrets\"\n    read \"/tmp/venv\"\n}\n",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let home = Path::new("/home/u");
+        assert_eq!(
+            config.sandbox.read_paths(Some(home)),
+            [PathBuf::from("/opt/toolchains"), home.join("sdk"), PathBuf::from("/tmp/venv")]
+        );
+        assert_eq!(config.sandbox.hide_paths(Some(home)), [home.join("work-secrets")]);
+        assert_eq!(config.sandbox.hide_paths(None), Vec::<PathBuf>::new(), "no HOME: no `~/` path");
+        let (config, errors) =
+            read("sandbox {\n    read \"venv\"\n    hide \"~\" \"./x\" \"/\"\n    write \"/x\"\n}\n");
+        assert_eq!(
+            errors,
+            [
+                "`venv` is not an absolute path",
+                "`~` cannot be hidden",
+                "`./x` is not an absolute path",
+                "`/` cannot be hidden",
+                "unknown node `write` in `sandbox`"
+            ]
+        );
+        assert!(config.sandbox.is_empty());
     }
 }

@@ -10,7 +10,10 @@ pub mod remote;
 pub mod task;
 pub mod types;
 
-pub use config::{BUILTIN_AGENTS, CustomAgent, CustomAgentDef, ProjectConfig, TestSetting, Trust, TrustOrigin};
+pub use config::{
+    BUILTIN_AGENTS, CustomAgent, CustomAgentDef, NetworkConfig, ProjectConfig, SandboxConfig, TestSetting, Trust,
+    TrustOrigin,
+};
 pub use diag::{Diagnostics, SourceFile, Spanned, SpecDiagnostic};
 pub use task::{Acceptance, Task};
 pub use types::{Kind, SandboxLevel};

@@ -18,6 +18,9 @@ pub struct Command {
     pub argv: Vec<String>,
     /// Its `pass-env` variables.
     pub pass_env: Vec<String>,
+    /// Its `allow` hosts: its model API, which it may reach from its
+    /// network namespace.
+    pub allow: Vec<String>,
 }
 
 impl Agent for Command {
@@ -38,6 +41,10 @@ impl Agent for Command {
     /// not part of the input hash.
     fn version(&self, _program: &Path) -> Option<String> {
         None
+    }
+
+    fn api_hosts(&self) -> Vec<String> {
+        self.allow.clone()
     }
 
     fn pass_env(&self) -> Vec<&str> {

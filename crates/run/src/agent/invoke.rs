@@ -44,6 +44,7 @@ pub fn invocation(config: &ProjectConfig, name: &str) -> Option<Invocation> {
                 name: name.to_owned(),
                 argv: argv.clone(),
                 pass_env: agent.pass_env.clone(),
+                allow: agent.allow.clone(),
             })),
             CustomAgentDef::Try(_) => None,
         };

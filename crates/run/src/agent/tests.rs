@@ -67,6 +67,7 @@ fn every_registered_agent_answers_for_itself() {
 #[test]
 fn a_custom_command_is_what_its_definition_says() {
     let c = custom::Command {
+        allow: Vec::new(),
         name: "mine".into(),
         argv: vec!["/opt/mine/run".into(), "--task={task}".into(), "/tmp/notes".into()],
         pass_env: vec!["MINE_KEY".into()],

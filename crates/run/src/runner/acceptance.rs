@@ -82,12 +82,14 @@ fn accept(
     if f.outcome == Outcome::Cancelled {
         return Err(Failure::interrupted());
     }
+    let exit_code = match f.outcome {
+        Outcome::Exited(c) => Some(c),
+        _ => None,
+    };
     Ok(AcceptanceResult {
         command: cmd.to_owned(),
-        exit_code: match f.outcome {
-            Outcome::Exited(c) => Some(c),
-            _ => None,
-        },
+        exit_code,
+        note: task.runner().unseen_program_note(exit_code, cmd, &f.tail, task.base_env()),
         passed: f.success(),
         duration_ms: begun.elapsed().as_millis() as u64,
         counts: accept::parse_counts(&f.tail),
@@ -107,8 +109,8 @@ pub fn acceptance_failed(task: &mut TaskContext<'_>, f: &AcceptanceResult) -> Re
 /// The failure of a task whose acceptance command `f` failed in its last
 /// iteration, `iteration`.
 fn acceptance_failure(f: &AcceptanceResult, iteration: u32) -> Failure {
-    Failure::failed(format!("{} after {iteration} iteration{}", failed(f), if iteration == 1 { "" } else { "s" }))
-        .with_tail(f.tail.clone())
+    let s = if iteration == 1 { "" } else { "s" };
+    Failure::failed(format!("{} after {iteration} iteration{s}{}", failed(f), note(f))).with_tail(f.tail.clone())
 }
 
 /// How acceptance command `f` failed, in words: "acceptance command `make
@@ -120,6 +122,13 @@ pub fn failed(f: &AcceptanceResult) -> String {
         (false, None) => "killed".to_owned(),
     };
     format!("acceptance command `{}` failed ({why})", f.command)
+}
+
+/// What follows [`failed`] at the end of the reason: why it could not run
+/// a program the sandbox hides ("; /tmp/venv/bin/pytest is not visible in
+/// the sandbox: …"), or nothing.
+pub fn note(f: &AcceptanceResult) -> String {
+    f.note.as_ref().map(|n| format!("; {n}")).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -135,6 +144,7 @@ mod tests {
             counts: None,
             timed_out,
             tail: "FAIL x\n".into(),
+            note: None,
         }
     }
 
@@ -147,5 +157,10 @@ mod tests {
         assert_eq!(f.reason, "acceptance command `make test` failed (timed out) after 3 iterations");
         let f = acceptance_failure(&result(None, false), 2);
         assert_eq!(f.reason, "acceptance command `make test` failed (killed) after 2 iterations");
+        let hidden = AcceptanceResult { note: Some("/tmp/v/bin/t is not visible".into()), ..result(Some(127), false) };
+        assert_eq!(
+            acceptance_failure(&hidden, 1).reason,
+            "acceptance command `make test` failed (exit code 127) after 1 iteration; /tmp/v/bin/t is not visible"
+        );
     }
 }

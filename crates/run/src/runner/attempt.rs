@@ -10,6 +10,7 @@ use crate::agent::adapter::{AdapterInput, AgentOutput, READ_ONLY_TURN_CAP, read_
 use crate::agent::invoke::{self, Invocation, Placeholders};
 use crate::workspace::{Layer, Mode};
 use cassist_core::part::Part;
+use cassist_core::spec::SandboxLevel;
 use cassist_sandbox::process::{self, Outcome};
 
 use super::agents::{self, agent_error_reason};
@@ -133,10 +134,14 @@ fn run_agent(
 ) -> Result<process::Finished, super::CommandError> {
     let (t, runner, ws) = (task.task(), task.runner(), task.workspace());
     let subtask = req.part.name(task.name());
-    let env = agent_env(inv, req, &subtask, files, t.model.as_deref());
+    let mut env = agent_env(inv, req, &subtask, files, t.model.as_deref());
+    // Below `full` the session's sockets are hidden: nothing points at
+    // them (whatever `pass-env` says).
+    if t.sandbox != SandboxLevel::Full {
+        cassist_sandbox::sandbox::without_socket_env(&mut env);
+    }
     let mut jail = runner.jail(Role::Agent, t.sandbox, ws, Some(&files.io), Some(inv), &env);
     let net = task.network(Role::Agent, Some(inv), &mut jail)?;
-    let mut env = env;
     if let Some(net) = &net {
         super::network::set_env(&mut env, &net.env);
     }

@@ -67,6 +67,15 @@ pub struct TaskContext<'a> {
     started: Instant,
 }
 
+/// The environment of setup, acceptance and build commands, whose
+/// `TMPDIR` is `tmp`: never a variable that names one of the session's
+/// sockets, which their sandbox hides.
+fn base_env(tmp: PathBuf) -> Vec<(OsString, OsString)> {
+    let mut env = invoke::environment(&[], &[("TMPDIR".into(), tmp.into())]);
+    cassist_sandbox::sandbox::without_socket_env(&mut env);
+    env
+}
+
 impl<'a> TaskContext<'a> {
     pub fn new(
         runner: &'a Runner,
@@ -86,7 +95,7 @@ impl<'a> TaskContext<'a> {
             record,
             ws,
             agents,
-            base_env: invoke::environment(&[], &[("TMPDIR".into(), tmp.into())]),
+            base_env: base_env(tmp),
             facts,
             refused: Default::default(),
             iteration: 1,

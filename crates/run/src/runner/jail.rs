@@ -20,12 +20,22 @@
 //! in `settings.json`) reaches the user's next session. In copy mode they
 //! are the user's own, writable.
 //!
-//! Every role below `full` is bounded by the project's `limits { memory;
-//! processes }` ([`super::Resources`]).
-//!
 //! Temp folders: with namespaces, the command's own private `/tmp`,
 //! `/var/tmp` and `/dev/shm`; in copy mode, a folder of the task's own
 //! (`TMPDIR`): the machine's `/tmp` is shared, so it is not writable.
+//!
+//! Secrets: every command but a `full` agent has the user's secrets
+//! ([`secret_paths`]: `~/.ssh`, the cloud and registry credentials, the
+//! session's sockets) and the project's `sandbox { hide … }` paths hidden.
+//! Hiding wins over what would keep them visible (an agent's state
+//! folder, a `PATH` entry, a `sandbox { read … }` path, a path the agent's
+//! command names); only what the command cannot work without stays: its
+//! workspace, io folder, HOME, and for the replay helper the store and
+//! cassist itself. The `sandbox { read … }` paths are read-only host paths
+//! every command sees, under its private `/tmp` too (a venv there).
+//!
+//! Every role below `full` is bounded by the project's `limits { memory;
+//! processes }` ([`super::Resources`]).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -35,7 +45,7 @@ use crate::agent::Agent;
 use crate::agent::invoke::Invocation;
 use crate::workspace::{Mode, Workspace};
 use cassist_core::spec::SandboxLevel;
-use cassist_sandbox::sandbox::{Jail, PRIVATE_TEMP, StateViews};
+use cassist_sandbox::sandbox::{Jail, PRIVATE_TEMP, StateViews, secret_paths, socket_paths};
 
 use super::Runner;
 
@@ -83,6 +93,13 @@ impl Runner {
             Mode::Copy if role == Role::Agent => Vec::new(),
             Mode::Copy => vec![copy_mode_tmp(ws)],
         };
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let secrets = self.hidden_paths(home.as_deref());
+        let under_secret = |p: &Path| secrets.iter().any(|s| p.starts_with(s));
+        // What the command cannot work without, kept visible even where a
+        // hidden path holds it.
+        let mut essential: Vec<PathBuf> = vec![ws.dir.clone()];
+        essential.extend(io.map(Path::to_path_buf));
         let mut writable: Vec<PathBuf> = Vec::new();
         let mut keep: Vec<PathBuf> = Vec::new();
         let mut state = None;
@@ -94,10 +111,11 @@ impl Runner {
                     writable.push(ws.dir.clone());
                 }
                 if let Some(inv) = inv {
-                    let home = std::env::var_os("HOME").map(PathBuf::from);
-                    let own = agent_state(&**inv, &self.plan.project.root, self.mode, home.as_deref(), |v| {
+                    let mut own = agent_state(&**inv, &self.plan.project.root, self.mode, home.as_deref(), |v| {
                         std::env::var_os(v)
                     });
+                    // A state path that is hidden stays hidden.
+                    own.retain(|p| !under_secret(&p.canonicalize().unwrap_or_else(|_| p.clone())));
                     if self.mode == Mode::Overlay {
                         state = Some(self.state_views(ws, &own));
                     }
@@ -110,12 +128,10 @@ impl Runner {
             }
             Role::Replay => {
                 writable.push(ws.dir.clone());
-                keep.push(self.plan.store.dir().to_path_buf());
-                keep.extend(io.map(Path::to_path_buf));
                 // The replay helper is cassist itself: it must stay
                 // visible where it lives under a hidden or private folder
                 // (a build under `/tmp`).
-                keep.push(self.exe.clone());
+                essential.extend([self.plan.store.dir().to_path_buf(), self.exe.clone()]);
             }
         }
         writable.retain(|p| p.exists());
@@ -128,12 +144,26 @@ impl Runner {
         if let Some(inv) = inv {
             keep.extend(inv.named_paths());
         }
-        let keep = keep.into_iter().filter_map(|p| p.canonicalize().ok()).collect();
-        let writable = writable.into_iter().map(|p| p.canonicalize().unwrap_or(p)).collect();
+        essential.extend(env.iter().filter(|(k, _)| k == "HOME").map(|(_, v)| PathBuf::from(v)));
+        let canonical =
+            |paths: Vec<PathBuf>| -> Vec<PathBuf> { paths.into_iter().filter_map(|p| p.canonicalize().ok()).collect() };
+        let essential = canonical(essential);
+        let reads = self.read_paths(home.as_deref(), &secrets);
+        let mut keep = canonical(keep);
+        keep.retain(|p| essential.contains(p) || !under_secret(p));
+        keep.extend(essential.iter().filter(|e| !keep.contains(e)).cloned().collect::<Vec<_>>());
+        keep.extend(reads.iter().cloned());
+        let writable: Vec<PathBuf> = writable.into_iter().map(|p| p.canonicalize().unwrap_or(p)).collect();
+        // A read path holding what the command writes is left to Landlock
+        // (its mount cannot be read-only).
+        let read_only = reads.into_iter().filter(|r| !writable.iter().any(|w| w.starts_with(r))).collect();
+        let mut hide = vec![self.workspaces.canonicalize().unwrap_or_else(|_| self.workspaces.clone())];
+        hide.extend(secrets);
         Jail {
             confined: true,
-            hide: vec![self.workspaces.canonicalize().unwrap_or_else(|_| self.workspaces.clone())],
+            hide,
             keep,
+            read_only,
             writable,
             landlock: self.landlock,
             grace: Some(GRACE),
@@ -147,6 +177,106 @@ impl Runner {
             },
             bounds: self.resources.bounds(),
         }
+    }
+
+    /// What every confined command has hidden: the user's secrets
+    /// ([`secret_paths`]), the sockets cassist's environment names
+    /// ([`socket_paths`]: an ssh agent's under `/tmp` too) and the
+    /// project's `sandbox { hide … }` paths, those that exist, canonical (a
+    /// link is hidden where it leads).
+    pub(super) fn hidden_paths(&self, home: Option<&Path>) -> Vec<PathBuf> {
+        let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+        let mut paths = secret_paths(home, runtime.as_deref());
+        paths.extend(socket_paths(|v| std::env::var_os(v)));
+        paths.extend(self.plan.project.config.sandbox.hide_paths(home));
+        let mut out: Vec<PathBuf> = paths.into_iter().filter_map(|p| p.canonicalize().ok()).collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The project's `sandbox { read … }` paths that exist, canonical,
+    /// but those a hidden path (`hidden`) holds, those in the folder of
+    /// every workspace, and those holding a private temp folder (`/`,
+    /// `/var`: only what is outside the private folders is seen of them).
+    fn read_paths(&self, home: Option<&Path>, hidden: &[PathBuf]) -> Vec<PathBuf> {
+        let workspaces = self.workspaces.canonicalize().unwrap_or_else(|_| self.workspaces.clone());
+        let temps: Vec<PathBuf> = PRIVATE_TEMP.iter().filter_map(|t| Path::new(t).canonicalize().ok()).collect();
+        self.plan
+            .project
+            .config
+            .sandbox
+            .read_paths(home)
+            .into_iter()
+            .filter_map(|p| p.canonicalize().ok())
+            .filter(|p| !hidden.iter().any(|h| p.starts_with(h)) && !p.starts_with(&workspaces))
+            .filter(|p| !temps.iter().any(|t| t.starts_with(p)))
+            .collect()
+    }
+
+    /// Why `path`, a program or file a command of a task named, is not in
+    /// its view: it is under a hidden path, or (with namespaces) under a
+    /// private temp folder, and no `sandbox { read … }` path nor `PATH`
+    /// entry of `env` keeps it visible. `None` when it is seen, or is not
+    /// on this machine at all.
+    pub(super) fn unseen(&self, path: &Path, env: &[(OsString, OsString)]) -> Option<Unseen> {
+        // The folder canonical, not the name: a venv's `bin/python` is a
+        // link out of it, yet it is the venv that must be seen.
+        let real = match (path.parent(), path.file_name()) {
+            (Some(dir), Some(name)) => dir.canonicalize().ok()?.join(name),
+            _ => path.canonicalize().ok()?,
+        };
+        real.symlink_metadata().ok()?;
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let hidden = self.hidden_paths(home.as_deref());
+        if let Some(h) = hidden.iter().find(|h| real.starts_with(h)) {
+            return Some(Unseen::Hidden(h.clone()));
+        }
+        if self.mode != Mode::Overlay {
+            return None;
+        }
+        let kept: Vec<PathBuf> = self
+            .read_paths(home.as_deref(), &hidden)
+            .into_iter()
+            .chain(visible_from_env(env).into_iter().filter_map(|p| p.canonicalize().ok()))
+            .collect();
+        if kept.iter().any(|k| real.starts_with(k)) {
+            return None;
+        }
+        PRIVATE_TEMP.iter().filter_map(|t| Path::new(t).canonicalize().ok()).find_map(|t| {
+            let first = real.strip_prefix(&t).ok()?.components().next()?;
+            Some(Unseen::Private { folder: t.clone(), read: t.join(first) })
+        })
+    }
+
+    /// What a command that could not run a program (exit code 126 or 127)
+    /// is told when its command line `cmd` or the end of its output `tail`
+    /// names a path its sandbox hides ([`Runner::unseen`]): that it is not
+    /// visible, and how to make it so where it can be.
+    pub(super) fn unseen_program_note(
+        &self,
+        code: Option<i32>,
+        cmd: &str,
+        tail: &str,
+        env: &[(OsString, OsString)],
+    ) -> Option<String> {
+        if !matches!(code, Some(126 | 127)) {
+            return None;
+        }
+        let words = cmd.split(is_separator).chain(tail.split(is_separator));
+        let (path, unseen) =
+            words.filter(|w| w.starts_with('/')).find_map(|w| self.unseen(Path::new(w), env).map(|u| (w, u)))?;
+        Some(match unseen {
+            Unseen::Private { folder, read } => format!(
+                "{path} is not visible in the sandbox: every command has a private, empty {}; to let commands read it, add `sandbox {{ read \"{}\" }}` to cassist.kdl",
+                folder.display(),
+                read.display()
+            ),
+            Unseen::Hidden(h) => format!(
+                "{path} is not visible in the sandbox: {} is hidden from every command (it holds secrets, or `sandbox {{ hide … }}` in cassist.kdl names it), and a hidden path cannot be read",
+                h.display()
+            ),
+        })
     }
 
     /// The copy-on-write views of an agent's state paths `own`, their
@@ -199,6 +329,22 @@ fn agent_state(
         }
     }
     paths
+}
+
+/// Why a path is not in a command's view ([`Runner::unseen`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Unseen {
+    /// Under a hidden path, this one.
+    Hidden(PathBuf),
+    /// Under the private temp folder `folder`; `read` is the folder under
+    /// it that `sandbox { read … }` would keep visible.
+    Private { folder: PathBuf, read: PathBuf },
+}
+
+/// What ends a path in a shell command line or a shell's message
+/// (`sh: 1: /tmp/venv/bin/pytest: not found`).
+fn is_separator(c: char) -> bool {
+    c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')' | '<' | '>' | '\'' | '"' | '`' | ':' | '=' | ',')
 }
 
 /// How long the copy-mode wrapper lets a command handle a TERM before it

@@ -186,8 +186,7 @@ pub fn set_env(env: &mut Vec<(std::ffi::OsString, std::ffi::OsString)>, vars: &[
 
 /// The hosts of the project's `network` block, `None` without one.
 fn project_hosts(config: &ProjectConfig) -> Option<Vec<String>> {
-    let _ = config;
-    None
+    config.network.as_ref().map(|n| n.allow.clone())
 }
 
 /// How a command that failed while the proxy refused `refused` is told:

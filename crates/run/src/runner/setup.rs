@@ -21,9 +21,18 @@ pub fn setup(task: &mut TaskContext<'_>) -> Result<(), Failure> {
         match task.shell(Role::Setup, cmd, Some(accept::DEFAULT_TIMEOUT), &log) {
             Ok(f) if f.success() => {}
             Ok(f) => {
-                return Err(Failure::failed(format!("setup command `{cmd}` failed: {}", super::failure::ended(&f)))
-                    .with_tail(f.tail)
-                    .interrupted_if(f.outcome == Outcome::Cancelled));
+                let code = match f.outcome {
+                    Outcome::Exited(c) => Some(c),
+                    _ => None,
+                };
+                let note = task.runner().unseen_program_note(code, cmd, &f.tail, task.base_env());
+                let note = note.map(|n| format!(": {n}")).unwrap_or_default();
+                return Err(Failure::failed(format!(
+                    "setup command `{cmd}` failed: {}{note}",
+                    super::failure::ended(&f)
+                ))
+                .with_tail(f.tail)
+                .interrupted_if(f.outcome == Outcome::Cancelled));
             }
             Err(CommandError::OverLimit(over)) => {
                 return Err(Failure::over_limit(&format!("the setup command `{cmd}`"), &over));

@@ -195,7 +195,8 @@ impl Runner {
     /// task: the agent runs (`--locked`: refused, saying which command
     /// failed and how).
     fn unmet(&self, t: &PlannedTask, failed: &AcceptanceResult) -> TaskResult {
-        let why = format!("{} on the tree as it is", super::acceptance::failed(failed));
+        let why =
+            format!("{} on the tree as it is{}", super::acceptance::failed(failed), super::acceptance::note(failed));
         let tail = self.redactor.redact(&cassist_core::text::tail_lines(&failed.tail, TAIL_BYTES));
         if self.locked {
             let quoted = if tail.trim().is_empty() { String::new() } else { format!("; its output ends:\n{tail}") };

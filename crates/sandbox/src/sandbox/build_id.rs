@@ -45,6 +45,7 @@ sources![
     "mod.rs",
     "mounts.rs",
     "net.rs",
+    "secrets.rs",
     "spec.rs",
     "supervise.rs",
     "../../../../src/bin/cassist-sandbox.rs",

@@ -30,8 +30,9 @@ use super::{ExecSpec, NOT_FOUND, fail};
 pub const SAFE_DEVICES: [&str; 5] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
 
 /// The Landlock ABI cassist asks for (downgraded to what the kernel has):
-/// 6 brings signal and abstract unix socket scoping.
-const WANTED_ABI: ABI = ABI::V6;
+/// 6 brings signal and abstract unix socket scoping, 9 the connections to
+/// pathname unix sockets.
+const WANTED_ABI: ABI = ABI::V9;
 
 /// Confines this process as `spec` says and executes the command; never
 /// returns.
@@ -101,10 +102,15 @@ fn close_fds_above_stderr() {
 /// The Landlock rules of a command confined by `spec`:
 ///
 /// - read and execute everywhere ([`readable`]: in copy mode, everywhere
-///   but `/dev` and the hidden folders);
+///   but `/dev` and the hidden folders and files), and connect to the unix
+///   sockets there (ABI ≥ 9: a hidden socket, the ssh agent's, cannot be
+///   reached in copy mode either);
 /// - read and write (create, remove, rename, truncate) beneath
 ///   `spec.writable`, but never create a device node, and never ioctl a
-///   device there;
+///   device there; in copy mode a writable folder holding a hidden path
+///   (a `sandbox { hide }` path in an agent's state folder) is written
+///   only, its reading left to [`readable`], which leaves the hidden path
+///   out;
 /// - read, write and ioctl the [`SAFE_DEVICES`], and with a private
 ///   `devpts` its own ptys; no other device node can be opened for writing
 ///   or sent an ioctl (a block device, the user's terminal);
@@ -115,17 +121,21 @@ fn close_fds_above_stderr() {
 /// Rules for paths that do not exist are left out.
 fn ruleset(spec: &ExecSpec) -> Result<RulesetCreated, landlock::RulesetError> {
     let abi = WANTED_ABI;
-    let read = AccessFs::from_read(abi);
+    let read = AccessFs::from_read(abi) | AccessFs::ResolveUnix;
     let write = AccessFs::from_write(abi) & !(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev);
     let device: BitFlags<AccessFs> = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
     let own_ptys = spec.namespaces && spec.confined;
     let ptys: &[&Path] = if own_ptys { &[Path::new("/dev/pts")] } else { &[] };
+    let hidden = excluded(spec);
+    let (write_only, read_write): (Vec<&PathBuf>, Vec<&PathBuf>) =
+        spec.writable.iter().partition(|w| hidden.iter().any(|h| h != *w && h.starts_with(w)));
     Ruleset::default()
         .handle_access(AccessFs::from_all(abi))?
         .scope(Scope::Signal | Scope::AbstractUnixSocket)?
         .create()?
         .add_rules(path_beneath_rules(readable(spec), read))?
-        .add_rules(path_beneath_rules(&spec.writable, read | write))?
+        .add_rules(path_beneath_rules(read_write, read | write))?
+        .add_rules(path_beneath_rules(write_only, write))?
         .add_rules(path_beneath_rules(SAFE_DEVICES, device))?
         .add_rules(path_beneath_rules(ptys, device))
 }
@@ -133,21 +143,39 @@ fn ruleset(spec: &ExecSpec) -> Result<RulesetCreated, landlock::RulesetError> {
 /// What a command may read: everything (with namespaces, what it must not
 /// see is not mounted in its view). In copy mode, where the machine's
 /// `/dev` and every task's folders are in its view, everything but `/dev`
-/// (the user's terminal: its keystrokes) and the hidden folders (other
-/// tasks' workspaces and io folders, the project's `.cassist/`), except
-/// what it keeps or writes there. Listing a folder on the way to an
-/// exception (`/`, `/tmp`) is refused.
+/// (the user's terminal: its keystrokes) and the hidden folders and files
+/// (other tasks' workspaces and io folders, the project's `.cassist/`, the
+/// user's secrets), except what it keeps or writes there (but what is
+/// hidden inside that). Listing a folder on the way to an exception (`/`,
+/// `/tmp`, a HOME holding `.ssh`) is refused.
 fn readable(spec: &ExecSpec) -> Vec<PathBuf> {
     if spec.namespaces || !spec.confined {
         return vec![PathBuf::from("/")];
     }
-    let mut excluded: Vec<PathBuf> = vec![PathBuf::from("/dev")];
-    excluded.extend(spec.hide.iter().filter(|h| h.exists()).cloned());
+    let excluded = excluded(spec);
     let mut out = Vec::new();
     readable_beside(Path::new("/"), &excluded, &mut out);
     let inside = |p: &PathBuf| excluded.iter().any(|e| p.starts_with(e));
-    out.extend(spec.keep.iter().chain(&spec.writable).filter(|p| inside(p)).cloned());
+    for kept in spec.keep.iter().chain(&spec.writable).filter(|p| inside(p)) {
+        if excluded.iter().any(|e| e != kept && e.starts_with(kept)) {
+            readable_beside(kept, &excluded, &mut out);
+        } else {
+            out.push(kept.clone());
+        }
+    }
     out
+}
+
+/// What a command confined by `spec` may not read in copy mode (with
+/// namespaces, or unconfined: nothing, what it must not see is not in its
+/// view): `/dev` and the hidden paths that exist.
+fn excluded(spec: &ExecSpec) -> Vec<PathBuf> {
+    if spec.namespaces || !spec.confined {
+        return Vec::new();
+    }
+    let mut excluded: Vec<PathBuf> = vec![PathBuf::from("/dev")];
+    excluded.extend(spec.hide.iter().filter(|h| h.symlink_metadata().is_ok()).cloned());
+    excluded
 }
 
 /// Collects the entries of `dir` (which holds an excluded path) that hold
@@ -157,6 +185,13 @@ fn readable_beside(dir: &Path, excluded: &[PathBuf], out: &mut Vec<PathBuf>) {
     for entry in entries.flatten() {
         let p = entry.path();
         if excluded.contains(&p) {
+            continue;
+        }
+        // A rule follows a link: one leading to or around an excluded
+        // path would open it (its target is walked where it lies).
+        if entry.file_type().is_ok_and(|t| t.is_symlink())
+            && p.canonicalize().is_ok_and(|real| excluded.iter().any(|e| e.starts_with(&real) || real.starts_with(e)))
+        {
             continue;
         }
         if excluded.iter().any(|e| e.starts_with(&p)) {

@@ -38,7 +38,8 @@ pub fn userns_available() -> bool {
 /// view a confined command gets — an overlay over LOWER (the project: its
 /// filesystem must support being a lower dir) with its upper and work dirs
 /// under DIR, a private `/tmp` and `/dev`, DIR hidden with LOWER and (read-
-/// only) the upper dir kept — and exits 0 when all of it works here.
+/// only) the upper dir kept, and a file in it hidden as secrets are —
+/// and exits 0 when all of it works here.
 pub fn probe(dir: &Path, lower: Option<&Path>) -> ! {
     // SAFETY: single-threaded.
     unsafe { std::env::remove_var(WRAPPER_ENV.0) };
@@ -50,11 +51,15 @@ pub fn probe(dir: &Path, lower: Option<&Path>) -> ! {
         }
     }
     let lower = lower.canonicalize().unwrap_or(lower);
+    let secret = upper.join("secret");
+    if std::fs::write(&secret, "").is_err() {
+        std::process::exit(1);
+    }
     let spec = ExecSpec {
         namespaces: true,
         overlay: Some(Overlay { target: lower.clone(), lowers: vec![lower.clone()], upper: upper.clone(), work }),
         confined: true,
-        hide: vec![dir.to_path_buf()],
+        hide: vec![dir.to_path_buf(), secret],
         keep: vec![lower.clone(), upper],
         cwd: lower,
         ..ExecSpec::default()

@@ -25,9 +25,11 @@
 //!    for a confined command, a private tmpfs on `/tmp` and `/var/tmp`, a
 //!    minimal `/dev` (null, zero, full, random, urandom, a private `devpts`
 //!    for ptys, a private `/dev/shm`; no tty, no console, no block device;
-//!    read-only), and an empty read-only tmpfs over each hidden folder (the
+//!    read-only), an empty read-only tmpfs over each hidden folder (the
 //!    project's `.cassist/`, the folder holding every workspace, so that no
-//!    task reaches another task's layers or io folder). What the command
+//!    task reaches another task's layers or io folder; the user's secrets,
+//!    module `secrets`) and an empty read-only file over each hidden file
+//!    or socket (`~/.netrc`, the Docker socket). What the command
 //!    needs under a hidden folder (its project view, its own io folder, a
 //!    HOME or PATH entry under `/tmp`) is cloned before and put back after.
 //!    An agent's state folders (`~/.claude`, `~/.cache`, ...) are seen
@@ -57,10 +59,11 @@
 //! command ends, when cassist stops it (after its grace) and when cassist
 //! dies. What copy mode lacks: private `/tmp`, `/var/tmp` and `/dev`, the
 //! PID namespace (`/proc` shows the machine), the read isolation of other
-//! tasks' files and of cassist's own where Landlock is missing (with it,
-//! the hidden folders and `/dev` are left out of what the command may
-//! read, and `/tmp` out of what it may write: `TMPDIR` is a folder of the
-//! task's own), a read-only `.git` (there is none in the copy), ptys, and
+//! tasks' files, of cassist's own and of the user's secrets where Landlock
+//! is missing (with it, the hidden folders and files and `/dev` are left
+//! out of what the command may read — so a folder holding one cannot be
+//! listed, though what else is in it reads — and `/tmp` out of what it may
+//! write: `TMPDIR` is a folder of the task's own), a read-only `.git` (there is none in the copy), ptys, and
 //! the copy-on-write view of an agent's state folders (they are the user's
 //! own, writable).
 //!
@@ -78,7 +81,8 @@
 //!
 //! The modules: `spec` (what the wrapper is asked to do, [`ExecSpec`]),
 //! `args` (the spec as the wrapper's arguments and back), `cgroup` (the
-//! memory and process limits), `exec` (the
+//! memory and process limits), `secrets` (the paths every confined
+//! command has hidden), `exec` (the
 //! wrapper itself: namespaces, the init, the command), `supervise` (the
 //! wait for the command, signals forwarded, orphans reaped), `mounts`
 //! (the command's view of the filesystem), `confine` (the command's own
@@ -93,6 +97,7 @@ mod exec;
 mod host;
 mod mounts;
 mod net;
+mod secrets;
 mod spec;
 mod supervise;
 
@@ -102,6 +107,7 @@ pub use cgroup::{Exceeded, Hierarchy, RunCgroups, find as find_cgroups};
 pub use exec::{exec, main};
 pub use host::{landlock_abi, overlay_safe, probe, userns_available};
 pub use net::{NetError, Network, PROXY_ADDR, proxy_env, receive_fd, socket_path_fits};
+pub use secrets::{HOME_SECRETS, SECRET_SOCKETS, SOCKET_ENV, secret_paths, socket_paths, without_socket_env};
 pub use spec::{Bounds, ExecSpec, Jail, Overlay, PRIVATE_TEMP, StateViews};
 
 /// Exit code of the wrapper when the namespace or the mount could not be

@@ -15,8 +15,9 @@
 //! 6. confined commands: the paths to keep are cloned (detached mounts,
 //!    `open_tree`), then, shortest path first, each covered folder gets its
 //!    tmpfs — `/tmp` and `/var/tmp` a private writable one, each hidden
-//!    folder an empty read-only one — and each kept path is moved back
-//!    where it was; a minimal read-only `/dev` replaces the machine's.
+//!    folder an empty read-only one — each hidden file (or socket) an
+//!    empty read-only file, and each kept path is moved back where it was;
+//!    a minimal read-only `/dev` replaces the machine's.
 //!
 //! Without capabilities (dropped before exec, [`super::confine`]) none of
 //! this can be undone from inside.
@@ -217,14 +218,26 @@ enum Op {
     Private,
     /// An empty, read-only tmpfs.
     Hide,
+    /// An empty, read-only file (over a hidden file or socket), made
+    /// before anything was covered.
+    HideFile(OwnedFd),
     /// The original, cloned before anything was covered.
     Keep(OwnedFd),
 }
 
-/// Covers the private and hidden folders, keeping what must stay visible
-/// under them.
+/// What covers one path: a private tmpfs, or (hidden) an empty tmpfs for
+/// a folder or an empty file for anything else.
+#[derive(Clone, Copy, PartialEq)]
+enum Cover {
+    Private,
+    Folder,
+    File,
+}
+
+/// Covers the private and hidden folders and the hidden files, keeping
+/// what must stay visible under them.
 fn cover(spec: &ExecSpec) -> Result<()> {
-    let mut covers: Vec<(PathBuf, bool)> = Vec::new();
+    let mut covers: Vec<(PathBuf, Cover)> = Vec::new();
     // `/dev/shm` is part of the private `/dev`.
     for t in &super::PRIVATE_TEMP[..2] {
         // `/var/tmp` may be a link to `/tmp`, or missing.
@@ -232,12 +245,13 @@ fn cover(spec: &ExecSpec) -> Result<()> {
             && real.is_dir()
             && !covers.iter().any(|(c, _)| *c == real)
         {
-            covers.push((real, true));
+            covers.push((real, Cover::Private));
         }
     }
     for h in &spec.hide {
-        if h.is_dir() && !covers.iter().any(|(c, _)| c == h) {
-            covers.push((h.clone(), false));
+        let Ok(meta) = h.metadata() else { continue };
+        if !covers.iter().any(|(c, _)| c == h) {
+            covers.push((h.clone(), if meta.is_dir() { Cover::Folder } else { Cover::File }));
         }
     }
     // A kept path wins over a cover of the same path.
@@ -248,10 +262,21 @@ fn cover(spec: &ExecSpec) -> Result<()> {
     // A cover is needed where the original shows (not under a cover, or
     // under something kept); a keep where a cover hides it, or where what
     // is kept around it is read-only and it is not.
-    for (c, private) in &covers {
-        if !matches!(nearest(c, &cover_paths, &spec.keep), Some(Around::Cover)) {
-            ops.push((c.clone(), if *private { Op::Private } else { Op::Hide }));
-        }
+    let shown: Vec<&(PathBuf, Cover)> =
+        covers.iter().filter(|(c, _)| !matches!(nearest(c, &cover_paths, &spec.keep), Some(Around::Cover))).collect();
+    let files: Vec<&PathBuf> = shown.iter().filter(|(_, k)| *k == Cover::File).map(|(c, _)| c).collect();
+    let mut empties = empty_files(&files)?.into_iter();
+    for (c, kind) in shown {
+        let op = match kind {
+            Cover::Private => Op::Private,
+            Cover::Folder => Op::Hide,
+            // One each: `empty_files` made as many as asked.
+            Cover::File => match empties.next() {
+                Some(fd) => Op::HideFile(fd),
+                None => continue,
+            },
+        };
+        ops.push((c.clone(), op));
     }
     for k in &spec.keep {
         let needed = match nearest(k, &cover_paths, &spec.keep) {
@@ -269,7 +294,7 @@ fn cover(spec: &ExecSpec) -> Result<()> {
     for i in 0..ops.len() {
         let (path, op) = &ops[i];
         match op {
-            Op::Keep(fd) => move_mount(fd, path)?,
+            Op::Keep(fd) | Op::HideFile(fd) => move_mount(fd, path)?,
             Op::Private | Op::Hide => {
                 let private = matches!(op, Op::Private);
                 let mode = if private { "mode=1777" } else { "mode=755" };
@@ -278,7 +303,12 @@ fn cover(spec: &ExecSpec) -> Result<()> {
                 // The mount points of what comes inside.
                 for (inner, inner_op) in &ops[i + 1..] {
                     if let Ok(rel) = inner.strip_prefix(path) {
-                        make_mount_point(path, rel, matches!(inner_op, Op::Keep(fd) if is_file(fd)))?;
+                        let file = match inner_op {
+                            Op::Keep(fd) => is_file(fd),
+                            Op::HideFile(_) => true,
+                            Op::Private | Op::Hide => false,
+                        };
+                        make_mount_point(path, rel, file)?;
                     }
                 }
                 if !private {
@@ -299,6 +329,49 @@ fn cover(spec: &ExecSpec) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// One empty, read-only file for each of `targets` (detached mounts to
+/// move over them), or none when there are none. The file is made on a
+/// scratch tmpfs mounted for a moment over `/tmp` (or the first target's
+/// folder; nothing else runs in the namespace yet), cloned once per
+/// target, and the scratch tmpfs unmounted: the clones keep the file,
+/// which no path leads to any more. Never over `/`: a lookup of `/` does
+/// not cross what is mounted over it, so the file would land in the real
+/// root.
+fn empty_files(targets: &[&PathBuf]) -> Result<Vec<OwnedFd>> {
+    let Some(first) = targets.first() else { return Ok(Vec::new()) };
+    let tmp = Path::new("/tmp").canonicalize().ok();
+    let mut candidates = tmp.as_deref().into_iter().chain(first.parent());
+    let Some(at) = candidates.find(|d| d.parent().is_some() && d.is_dir()) else {
+        return Err(MountError::Cover { path: first.to_path_buf(), error: Errno::ENOENT });
+    };
+    let err = |error| MountError::Cover { path: at.to_path_buf(), error };
+    mount(
+        Some("tmpfs"),
+        at,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("mode=755,size=4k"),
+    )
+    .map_err(err)?;
+    let file = at.join("empty");
+    let made = std::fs::File::create(&file).and_then(|f| {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o444))
+    });
+    let clones = match made {
+        Ok(()) => targets
+            .iter()
+            .map(|_| {
+                let gone = || MountError::Keep { path: file.clone(), error: io::ErrorKind::NotFound.into() };
+                clone_tree(&file, true)?.ok_or_else(gone)
+            })
+            .collect::<Result<Vec<_>>>(),
+        Err(error) => Err(MountError::MountPoint { path: file.clone(), error }),
+    };
+    nix::mount::umount2(at, nix::mount::MntFlags::MNT_DETACH).map_err(err)?;
+    clones
 }
 
 /// What is nearest around a path.

@@ -16,10 +16,12 @@ pub struct ExecSpec {
     pub overlay: Option<Overlay>,
     /// Below `full`: no capabilities and `no_new_privs` in every mode, and
     /// with namespaces a private `/tmp`, `/var/tmp`, `/dev/shm`, a minimal
-    /// `/dev` and the [`hide`](ExecSpec::hide) folders hidden.
+    /// `/dev` and the [`hide`](ExecSpec::hide) paths hidden.
     pub confined: bool,
-    /// Folders covered by an empty read-only tmpfs (confined, with
-    /// namespaces); in copy mode, left out of what Landlock lets it read.
+    /// Paths hidden (confined): with namespaces a folder is covered by an
+    /// empty read-only tmpfs, anything else (a file, a socket) by an empty
+    /// read-only file; in copy mode they are left out of what Landlock
+    /// lets it read. Canonical paths.
     pub hide: Vec<PathBuf>,
     /// Paths kept visible where a private or hidden folder would cover
     /// them (canonical paths).
@@ -79,6 +81,9 @@ pub struct Jail {
     pub confined: bool,
     pub hide: Vec<PathBuf>,
     pub keep: Vec<PathBuf>,
+    /// Host paths it may read but never write, whatever is around them
+    /// (added to [`ExecSpec::read_only`]).
+    pub read_only: Vec<PathBuf>,
     pub writable: Vec<PathBuf>,
     pub landlock: bool,
     pub grace: Option<Duration>,
@@ -143,8 +148,20 @@ impl ExecSpec {
         cwd: &Path,
         argv: Vec<OsString>,
     ) -> ExecSpec {
-        let Jail { confined, mut hide, mut keep, writable, landlock, grace, state, network, bounds } = jail;
+        let Jail {
+            confined,
+            mut hide,
+            mut keep,
+            read_only: extra_read_only,
+            writable,
+            landlock,
+            grace,
+            state,
+            network,
+            bounds,
+        } = jail;
         let mut read_only: Vec<PathBuf> = git_dir(root).into_iter().collect();
+        read_only.extend(extra_read_only);
         if confined {
             // cassist's own state: its store, lock and records.
             hide.push(root.join(".cassist"));
