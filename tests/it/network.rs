@@ -266,3 +266,55 @@ fn a_bad_allow_variable_is_an_error_before_anything_runs() {
             || std::fs::read_dir(p.path().join(".cassist/runs")).unwrap().count() == 0
     );
 }
+
+/// A script that asks the proxy for a tunnel to each host of its
+/// arguments and prints "tunnel HOST: STATUS LINE".
+const ASK: &str = r#"import os, socket, sys, urllib.parse
+p = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+for host in sys.argv[1:]:
+    with socket.create_connection((p.hostname, p.port), timeout=20) as s:
+        s.sendall(f"CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n\r\n".encode())
+        print(f"tunnel {host}: {s.recv(200).decode().splitlines()[0]}", flush=True)
+"#;
+
+#[test]
+fn the_projects_hosts_are_let_through_by_role_and_the_others_refused() {
+    if !sandbox_or_skip(Sandbox::Overlay) {
+        return;
+    }
+    let p = Test::new().outside_tmp().file("README.md", "a project\n").build();
+    let ask = p.fixture_copy("agents/attacks/network.py").with_file_name("ask.py");
+    std::fs::write(&ask, ASK).unwrap();
+    let ask = ask.display().to_string();
+    let hosts = "pkg.example.invalid api.example.invalid other.example.invalid";
+    p.file(
+        "cassist.kdl",
+        format!(
+            "trust \"workspace-write\"\ntest #false\nnetwork {{\n    allow \"pkg.example.invalid\"\n}}\n\
+             agent \"asker\" {{\n    command \"sh\" \"-c\" \"python3 {ask} {hosts}; echo done > out.txt\"\n    allow \"api.example.invalid\"\n}}\n"
+        ),
+    );
+    p.file(
+        "tasks/t.kdl",
+        format!(
+            "task \"t\" {{\n    agent \"asker\"\n    max-iterations 1\n    goal \"Ask.\"\n    scope {{\n        path \"out.txt\"\n    }}\n    \
+             acceptance {{\n        run \"python3 {ask} {hosts}\"\n    }}\n}}\n"
+        ),
+    );
+    p.commit_all();
+    let out = p.run(&[]).exec();
+    assert_eq!(out.task("t")["state"], "passed", "{}", out.transcript());
+    let agent = p.record("t", "transcript-1.log");
+    let acceptance = p.record("t", "acceptance-1-1.log");
+    // Let through (then unresolvable offline: 502), or refused (403).
+    assert!(agent.contains("tunnel pkg.example.invalid: HTTP/1.1 502"), "{agent}");
+    assert!(agent.contains("tunnel api.example.invalid: HTTP/1.1 502"), "{agent}");
+    assert!(agent.contains("tunnel other.example.invalid: HTTP/1.1 403"), "{agent}");
+    assert!(acceptance.contains("tunnel pkg.example.invalid: HTTP/1.1 502"), "{acceptance}");
+    // The agent's API is the agent's only.
+    assert!(acceptance.contains("tunnel api.example.invalid: HTTP/1.1 403"), "{acceptance}");
+    assert!(acceptance.contains("tunnel other.example.invalid: HTTP/1.1 403"), "{acceptance}");
+    let record: serde_json::Value = serde_json::from_str(&p.record("t", "network.json")).unwrap();
+    let refused: Vec<&String> = record["refused"].as_object().unwrap().keys().collect();
+    assert_eq!(refused, ["api.example.invalid", "other.example.invalid"], "{record}");
+}

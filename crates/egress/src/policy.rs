@@ -10,69 +10,9 @@
 //! loopback and private addresses. Nothing opens a link-local address
 //! (169.254.0.0/16, fe80::/10): the cloud metadata services live there.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr};
 
-/// What kind of address an IP is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AddrClass {
-    Public,
-    /// 127.0.0.0/8, ::1.
-    Loopback,
-    /// 10/8, 172.16/12, 192.168/16, 100.64/10 (carrier-grade NAT),
-    /// fc00::/7.
-    Private,
-    /// 169.254/16 and fe80::/10, where cloud metadata services answer
-    /// (169.254.169.254, fd00:ec2::254 is classed here too).
-    LinkLocal,
-    /// 0.0.0.0, ::, broadcast and multicast: never a server.
-    Unroutable,
-}
-
-/// The class of `ip` (an IPv4 address mapped into IPv6 is classed as the
-/// IPv4 one).
-pub fn classify(ip: IpAddr) -> AddrClass {
-    match ip {
-        IpAddr::V4(v4) => classify_v4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => classify_v4(v4),
-            None => classify_v6(v6),
-        },
-    }
-}
-
-fn classify_v4(ip: Ipv4Addr) -> AddrClass {
-    let [a, b, ..] = ip.octets();
-    if ip.is_loopback() {
-        AddrClass::Loopback
-    } else if ip.is_link_local() {
-        AddrClass::LinkLocal
-    } else if ip.is_private() || (a == 100 && (64..128).contains(&b)) {
-        AddrClass::Private
-    } else if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || a == 0 {
-        AddrClass::Unroutable
-    } else {
-        AddrClass::Public
-    }
-}
-
-fn classify_v6(ip: Ipv6Addr) -> AddrClass {
-    let first = ip.segments()[0];
-    // The metadata address of AWS over IPv6.
-    if ip == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) {
-        return AddrClass::LinkLocal;
-    }
-    if ip.is_loopback() {
-        AddrClass::Loopback
-    } else if first & 0xffc0 == 0xfe80 {
-        AddrClass::LinkLocal
-    } else if first & 0xfe00 == 0xfc00 {
-        AddrClass::Private
-    } else if ip.is_unspecified() || ip.is_multicast() {
-        AddrClass::Unroutable
-    } else {
-        AddrClass::Public
-    }
-}
+use cassist_core::netaddr::{AddrClass, classify};
 
 /// One allowed host: a name (`api.example.com`), every name below a
 /// domain (`*.example.com`), or an address; on every port, or one.
@@ -213,12 +153,13 @@ impl Policy {
         }
     }
 
-    /// Whether a connection opened by `by` may go to `ip`.
+    /// Whether a connection opened by `by` may go to `ip` (classed by
+    /// [`classify`]).
     pub fn address_allowed(&self, ip: IpAddr, by: Opened) -> bool {
         match classify(ip) {
             AddrClass::Public => true,
             AddrClass::Loopback | AddrClass::Private => by == Opened::User,
-            AddrClass::LinkLocal | AddrClass::Unroutable => false,
+            AddrClass::LinkLocal | AddrClass::Metadata | AddrClass::Unspecified => false,
         }
     }
 }
@@ -226,28 +167,6 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn addresses_are_classed_as_the_metadata_and_loopback_rules_need() {
-        let class = |s: &str| classify(s.parse().unwrap());
-        assert_eq!(class("169.254.169.254"), AddrClass::LinkLocal);
-        assert_eq!(class("::ffff:169.254.169.254"), AddrClass::LinkLocal);
-        assert_eq!(class("fd00:ec2::254"), AddrClass::LinkLocal);
-        assert_eq!(class("fe80::1"), AddrClass::LinkLocal);
-        assert_eq!(class("127.0.0.1"), AddrClass::Loopback);
-        assert_eq!(class("127.8.9.10"), AddrClass::Loopback);
-        assert_eq!(class("::1"), AddrClass::Loopback);
-        assert_eq!(class("::ffff:127.0.0.1"), AddrClass::Loopback);
-        for p in ["10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "100.64.0.1", "fd12::1"] {
-            assert_eq!(class(p), AddrClass::Private, "{p}");
-        }
-        for p in ["0.0.0.0", "::", "255.255.255.255", "224.0.0.1", "0.1.2.3"] {
-            assert_eq!(class(p), AddrClass::Unroutable, "{p}");
-        }
-        for p in ["8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700::1111"] {
-            assert_eq!(class(p), AddrClass::Public, "{p}");
-        }
-    }
 
     #[test]
     fn rules_read_hosts_wildcards_addresses_and_ports() {
@@ -291,8 +210,11 @@ mod tests {
         assert!(!policy.address_allowed(ip("10.0.0.5"), Opened::Project));
         assert!(policy.address_allowed(ip("10.0.0.5"), Opened::User));
         assert!(policy.address_allowed(ip("127.0.0.1"), Opened::User));
-        // Not even the user opens the metadata service.
-        assert!(!policy.address_allowed(ip("169.254.169.254"), Opened::User));
+        // Not even the user opens the metadata services, or link-local
+        // addresses, or IPv6 forms of them.
+        for never in ["169.254.169.254", "169.254.170.2", "fd00:ec2::254", "::ffff:169.254.169.254", "0.0.0.0"] {
+            assert!(!policy.address_allowed(ip(never), Opened::User), "{never}");
+        }
         let open = Policy { any_public: true, ..Policy::default() };
         assert_eq!(open.opened("anything.example", 443), Some(Opened::Project));
         assert!(!open.address_allowed(ip("127.0.0.1"), Opened::Project));

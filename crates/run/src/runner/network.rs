@@ -32,7 +32,7 @@ use crate::agent::{BrokerVars, PLACEHOLDER_KEY};
 
 /// The variable in which the user opens more hosts to every command,
 /// loopback and private addresses included.
-pub const ALLOW_VAR: &str = "CASSIST_NETWORK_ALLOW";
+pub const ALLOW_VAR: &str = cassist_core::netaddr::USER_ALLOW_VAR;
 
 /// `CASSIST_NETWORK=host`: commands keep the machine's network (a machine
 /// whose way out is a proxy of its own, which the egress proxy does not
