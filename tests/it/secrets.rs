@@ -141,11 +141,26 @@ fn secrets_are_hidden_from_every_command(env: Env) {
     let runtime = tempfile::Builder::new().prefix("rt-").tempdir_in(outside_temp_dir()).unwrap();
     let sock = runtime.path().join("bus");
     let bus = Bus::start(sock.clone(), format!("SOCKET-{marker}\n"));
-    // An ssh agent's socket, outside the runtime folder: hidden as
-    // SSH_AUTH_SOCK names it.
+    // An ssh agent, outside the runtime folder (hidden as SSH_AUTH_SOCK
+    // names it): a real one, which `ssh-add -l` asks.
     let agent_dir = tempfile::Builder::new().prefix("ssh-").tempdir_in(outside_temp_dir()).unwrap();
-    let agent_sock = agent_dir.path().join("agent.sock");
-    let ssh_agent = Bus::start(agent_sock.clone(), format!("SOCKET-{marker}\n"));
+    let agent_sock = agent_dir.path().join("agent.ssh-agent");
+    let started = std::process::Command::new("ssh-agent").arg("-a").arg(&agent_sock).output().expect("ssh-agent");
+    let agent_pid: Option<i32> = String::from_utf8_lossy(&started.stdout)
+        .split(';')
+        .find_map(|part| part.trim().strip_prefix("SSH_AGENT_PID=").and_then(|p| p.parse().ok()));
+    struct Kill(Option<i32>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            if let Some(pid) = self.0 {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+            }
+        }
+    }
+    let _ssh_agent = Kill(agent_pid);
+    assert!(agent_pid.is_some(), "ssh-agent did not start: {started:?}");
+    let reachable = std::process::Command::new("ssh-add").arg("-l").env("SSH_AUTH_SOCK", &agent_sock).output().unwrap();
+    assert_eq!(reachable.status.code(), Some(1), "the test's own ssh-add reaches the agent (no identities)");
     let sock_str = sock.to_str().unwrap().to_owned();
     let sockets = format!("{sock_str},{}", agent_sock.display());
     let pass = ["ATTACK_OUT", "SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "DOCKER_HOST"];
@@ -198,7 +213,17 @@ fn secrets_are_hidden_from_every_command(env: Env) {
     // where Landlock lacks the rule for it (ABI < 9): there only the
     // socket's folder is unreadable.
     let socket_hidden = !copy_mode(env) || cassist_sandbox::sandbox::landlock_abi() >= 9;
-    let leaks: Vec<&&str> = leaks.iter().filter(|l| socket_hidden || !l.contains(": socket ")).collect();
+    let leaks: Vec<&&str> =
+        leaks.iter().filter(|l| socket_hidden || !(l.contains(": socket ") || l.contains(": ssh-add "))).collect();
+    if socket_hidden {
+        for phase in ["setup", "peek", "grab", "acceptance"] {
+            // (The socket's path is redacted: SSH_AUTH_SOCK names it.)
+            let asked = format!("secrets {phase}: ssh-add ");
+            let refused =
+                log.lines().any(|l| l.trim_start().starts_with(&asked) && l.contains(": refused (Error connecting"));
+            assert!(refused, "{phase}'s ssh-add was not refused:\n{log}");
+        }
+    }
     assert!(leaks.is_empty(), "secrets read: {leaks:#?}\n{log}");
     if copy_mode(env) {
         assert!(log.contains("secrets grab: .netrc: refused (Permission denied)"), "{log}");
@@ -209,9 +234,7 @@ fn secrets_are_hidden_from_every_command(env: Env) {
         assert!(log.contains("secrets acceptance: list work-secrets: empty"), "{log}");
     }
     if socket_hidden {
-        for s in [&bus, &ssh_agent] {
-            assert_eq!(s.connections.load(Ordering::SeqCst), 0, "a command reached a socket:\n{log}");
-        }
+        assert_eq!(bus.connections.load(Ordering::SeqCst), 0, "a command reached the session bus:\n{log}");
     } else {
         eprintln!("note: Landlock ABI < 9: copy mode cannot refuse connections to the runtime folder's sockets here");
     }
