@@ -362,9 +362,14 @@ impl Prepared {
             integration: Default::default(),
             pending: Default::default(),
             verifications: Default::default(),
-            egress,
+            egress: Arc::new(egress),
             resources,
         });
+        // Any task that starts a command needs the proxy (with namespaces):
+        // it starts while the first workspace is made.
+        if mode == Mode::Overlay && tasks.iter().any(|t| t.state != State::UpToDate) {
+            runner.egress.warm();
+        }
         cassist_core::plan::timing("prepare run");
         let opts = scheduler::Options {
             jobs: settings.jobs,

@@ -154,7 +154,7 @@ pub struct Runner {
     pub verifications: Verifications,
     /// What each command of a task may reach, and the proxy that lets it
     /// ([`network`]).
-    pub egress: network::Egress,
+    pub egress: Arc<network::Egress>,
     /// The memory and processes each command may use, and the run's
     /// cgroups that bound them.
     pub resources: Resources,

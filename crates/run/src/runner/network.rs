@@ -88,6 +88,28 @@ impl Egress {
         Ok(Egress { project, user, service: OnceLock::new(), host })
     }
 
+    /// The proxy, started on first use.
+    fn service(&self) -> Result<&Service, String> {
+        let service = self.service.get_or_init(|| {
+            cassist_core::plan::timing("egress proxy started");
+            Service::start().map_err(|e| e.to_string())
+        });
+        service.as_ref().map_err(|e| format!("cannot start the egress proxy: {e}"))
+    }
+
+    /// Starts the proxy ahead of the first command that needs it (on
+    /// another thread, while the first workspace is made), unless the
+    /// commands keep the machine's network.
+    pub fn warm(self: &Arc<Self>) {
+        if self.host {
+            return;
+        }
+        let egress = self.clone();
+        std::thread::spawn(move || {
+            let _ = egress.service();
+        });
+    }
+
     /// Whether setup may reach any public host (the project names none).
     pub fn setup_is_open(&self) -> bool {
         self.project.is_none()
@@ -122,11 +144,7 @@ impl Egress {
         if role == Role::Replay {
             return Ok(CommandNet { network: Network::Isolated, env: Vec::new(), lease: None });
         }
-        let service = self.service.get_or_init(|| {
-            cassist_core::plan::timing("egress proxy started");
-            Service::start().map_err(|e| e.to_string())
-        });
-        let service = service.as_ref().map_err(|e| format!("cannot start the egress proxy: {e}"))?;
+        let service = self.service()?;
         let mut env: Vec<(String, String)> =
             cassist_sandbox::sandbox::proxy_env().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
         // A local address the user opened is the machine's, reached
