@@ -413,3 +413,89 @@ fn a_changed_allow_list_or_sandbox_path_reruns_with_the_reason() {
         assert_eq!(p.plan_states(), crate::support::map(&[("t", "up-to-date")]), "{block}");
     }
 }
+
+/// A script that connects to the Docker socket and says whether it got in.
+const DOCKER: &str = r#"import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect("/run/docker.sock")
+    print(f"docker {sys.argv[1]}: GOT in", flush=True)
+except OSError as e:
+    print(f"docker {sys.argv[1]}: refused ({e.strerror or e})", flush=True)
+"#;
+
+/// The Docker socket (root's door to the machine) is out of reach of
+/// setup, the agent and acceptance, in both modes. Where the machine has
+/// none and the test runs as root, the test listens there itself for its
+/// length, counting connections.
+#[test]
+fn the_docker_socket_is_out_of_reach() {
+    if !sandbox_or_skip(Sandbox::Landlock) {
+        return;
+    }
+    let path = Path::new("/run/docker.sock");
+    let _own = if path.exists() {
+        None
+    } else if nix::unistd::getuid().is_root() && Path::new("/run").is_dir() {
+        Some(Bus::start(path.to_path_buf(), "docker\n".into()))
+    } else {
+        eprintln!("SKIPPED: no /run/docker.sock here, and only root may make one");
+        return;
+    };
+    struct Remove(bool);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            if self.0 {
+                let _ = std::fs::remove_file("/run/docker.sock");
+            }
+        }
+    }
+    let _remove = Remove(_own.is_some());
+    let p = Test::trusted().file("src/a.txt", "a\n").build();
+    let script = p.fixture_copy("agents/attacks/secrets.py").with_file_name("docker.py");
+    std::fs::write(&script, DOCKER).unwrap();
+    let script = script.display().to_string();
+    p.file(
+        "cassist.kdl",
+        format!(
+            "trust \"workspace-write\"\ntest #false\nsetup \"python3 {script} setup\"\n\
+             agent \"door\" {{\n    command \"sh\" \"-c\" \"python3 {script} agent; echo x > src/a.txt\"\n}}\n"
+        ),
+    );
+    p.file(
+        "tasks/t.kdl",
+        format!(
+            "task \"t\" {{\n    agent \"door\"\n    goal \"Knock.\"\n    max-iterations 1\n    scope {{\n        path \"src/**\"\n    }}\n    \
+             acceptance {{\n        run \"python3 {script} acceptance\"\n    }}\n}}\n"
+        ),
+    );
+    p.commit_all();
+    // With namespaces first: no connection may reach the test's socket.
+    let mut modes: Vec<Env> = Vec::new();
+    if sandbox_or_skip(Sandbox::Overlay) {
+        modes.push(&[]);
+    }
+    modes.push(crate::support::COPY);
+    for env in modes {
+        let done = p.run(&["--no-cache"]).envs(env).exec();
+        assert_eq!(done.task("t")["state"], "passed", "{}", done.transcript());
+        let log = logs(&p, "t");
+        for phase in ["setup", "agent", "acceptance"] {
+            let said: Vec<&str> =
+                log.lines().filter(|l| l.trim_start().starts_with(&format!("docker {phase}:"))).collect();
+            assert!(!said.is_empty(), "{phase} did not knock:\n{log}");
+            // Copy mode refuses a socket's connection only where Landlock
+            // has the rule for it (ABI >= 9).
+            if copy_mode(env) && cassist_sandbox::sandbox::landlock_abi() < 9 {
+                eprintln!("note: Landlock ABI < 9: copy mode cannot refuse connections to the Docker socket here");
+                continue;
+            }
+            assert!(said.iter().all(|l| l.contains("refused")), "{phase} got in ({env:?}):\n{log}");
+        }
+        std::fs::remove_dir_all(p.path().join(".cassist/runs")).unwrap();
+        let refusable = !copy_mode(env) || cassist_sandbox::sandbox::landlock_abi() >= 9;
+        if let Some(bus) = _own.as_ref().filter(|_| refusable) {
+            assert_eq!(bus.connections.load(Ordering::SeqCst), 0, "a command reached the Docker socket ({env:?})");
+        }
+    }
+}
