@@ -9,8 +9,9 @@
 //! both use.
 //!
 //! Every process starts through `cassist-sandbox`. This crate reaches no
-//! network: the team cache is handed in by the command layer as a
-//! [`cassist_core::team::TeamCache`].
+//! network itself: the team cache is handed in by the command layer as a
+//! [`cassist_core::team::TeamCache`], and a task's commands reach theirs
+//! through `cassist-egress`'s proxy ([`runner::network`]).
 
 pub mod accept;
 pub mod agent;
