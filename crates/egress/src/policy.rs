@@ -12,14 +12,17 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use cassist_core::netaddr::{AddrClass, classify};
+use cassist_core::netaddr::{AddrClass, AllowEntry, Host, classify, parse_allow};
 
 /// One allowed host: a name (`api.example.com`), every name below a
-/// domain (`*.example.com`), or an address; on every port, or one.
+/// domain (`*.example.com`), or an address; on every port, or one. Read as
+/// the config reads an allow-list entry ([`parse_allow`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostRule {
-    /// Lower case, without the `*.` of a wildcard.
+    /// Lower case, without the `*.` of a wildcard; an address as text.
     host: String,
+    /// The address it names, when it names one.
+    ip: Option<IpAddr>,
     wildcard: bool,
     port: Option<u16>,
 }
@@ -29,26 +32,12 @@ impl HostRule {
     /// without a port, an IPv6 address, or `[v6]:port`; `None` when it is
     /// none of them.
     pub fn parse(text: &str) -> Option<HostRule> {
-        let text = text.trim();
-        let (host, port) = split_host_port(text)?;
-        let (wildcard, host) = match host.strip_prefix("*.") {
-            Some(rest) => (true, rest),
-            None => (false, host),
+        let AllowEntry { wildcard, host, port } = parse_allow(text.trim()).ok()?;
+        let (host, ip) = match host {
+            Host::Name(name) => (name, None),
+            Host::Ip(ip) => (ip.to_string(), Some(ip)),
         };
-        let host = host.trim_end_matches('.').to_ascii_lowercase();
-        let valid = if host.parse::<IpAddr>().is_ok() {
-            !wildcard
-        } else {
-            !host.is_empty()
-                && host.split('.').all(|label| {
-                    !label.is_empty()
-                        && label.len() <= 63
-                        && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                        && !label.starts_with('-')
-                        && !label.ends_with('-')
-                })
-        };
-        valid.then_some(HostRule { host, wildcard, port })
+        Some(HostRule { host, ip, wildcard, port })
     }
 
     /// Whether a connection to `host` (lower case) on `port` is this rule's.
@@ -58,6 +47,8 @@ impl HostRule {
         }
         if self.wildcard {
             host.strip_suffix(self.host.as_str()).is_some_and(|rest| rest.ends_with('.') && rest.len() > 1)
+        } else if let Some(ip) = self.ip {
+            host.parse::<IpAddr>().is_ok_and(|h| h == ip)
         } else {
             host == self.host
         }
@@ -70,7 +61,7 @@ impl HostRule {
 
     /// The address the rule names, when it names one.
     pub fn address(&self) -> Option<IpAddr> {
-        self.host.parse().ok()
+        self.ip
     }
 }
 
