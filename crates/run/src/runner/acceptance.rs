@@ -82,10 +82,7 @@ fn accept(
     if f.outcome == Outcome::Cancelled {
         return Err(Failure::interrupted());
     }
-    let exit_code = match f.outcome {
-        Outcome::Exited(c) => Some(c),
-        _ => None,
-    };
+    let exit_code = crate::agent::adapter::exit_code(f.outcome);
     Ok(AcceptanceResult {
         command: cmd.to_owned(),
         exit_code,

@@ -21,10 +21,7 @@ pub fn setup(task: &mut TaskContext<'_>) -> Result<(), Failure> {
         match task.shell(Role::Setup, cmd, Some(accept::DEFAULT_TIMEOUT), &log) {
             Ok(f) if f.success() => {}
             Ok(f) => {
-                let code = match f.outcome {
-                    Outcome::Exited(c) => Some(c),
-                    _ => None,
-                };
+                let code = crate::agent::adapter::exit_code(f.outcome);
                 let note = task.runner().unseen_program_note(code, cmd, &f.tail, task.base_env());
                 let note = note.map(|n| format!(": {n}")).unwrap_or_default();
                 return Err(Failure::failed(format!(
