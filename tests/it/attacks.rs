@@ -30,11 +30,11 @@ use std::time::Duration;
 use cassist_core::lock::{Lock, LockEntry};
 use cassist_core::store::Store;
 
-use crate::support::in_both_modes;
 use crate::support::{
     Project, Sandbox, Test, Tree, assert_same_tree, contains_bytes, files_under, processes_with, sandbox_or_skip,
     snapshot, strings, unique_marker, wait_until, write,
 };
+use crate::support::{in_both_modes, sandboxed};
 
 type Env<'a> = &'a [(&'a str, &'a str)];
 
@@ -43,15 +43,7 @@ type Env<'a> = &'a [(&'a str, &'a str)];
 
 /// `overlay` or `copy`: the workspace mode `env` asks for.
 fn mode(env: Env) -> &'static str {
-    if env.iter().any(|(k, v)| *k == "CASSIST_WORKSPACE" && *v == "copy") { "copy" } else { "overlay" }
-}
-
-/// Whether the sandbox the case needs is here: Landlock, and the overlay
-/// unless `env` asks for copy mode. Skips (or fails under
-/// `CASSIST_REQUIRE_SANDBOX=1`) when it is not.
-#[track_caller]
-fn sandboxed(env: Env) -> bool {
-    (mode(env) == "copy" || sandbox_or_skip(Sandbox::Overlay)) && sandbox_or_skip(Sandbox::Landlock)
+    if crate::support::copy_mode(env) { "copy" } else { "overlay" }
 }
 
 /// The line cassist prints when `task` starts in the workspace mode of `env`.

@@ -19,19 +19,9 @@ use crate::support::{
     Project, Sandbox, Test, contains_bytes, in_both_modes, outside_temp_dir, sandbox_or_skip, sh_agent_block, strings,
     unique_marker, write, write_executable,
 };
+use crate::support::{copy_mode, sandboxed};
 
 type Env<'a> = &'a [(&'a str, &'a str)];
-
-fn copy_mode(env: Env) -> bool {
-    env.iter().any(|(k, v)| *k == "CASSIST_WORKSPACE" && *v == "copy")
-}
-
-/// Whether the sandbox the case needs is here: Landlock, and the overlay
-/// unless `env` asks for copy mode.
-#[track_caller]
-fn sandboxed(env: Env) -> bool {
-    (copy_mode(env) || sandbox_or_skip(Sandbox::Overlay)) && sandbox_or_skip(Sandbox::Landlock)
-}
 
 /// The secrets of the test's HOME, each holding `marker`.
 const SECRETS: &[&str] = &[

@@ -42,6 +42,19 @@ macro_rules! in_both_modes {
 }
 pub(crate) use in_both_modes;
 
+/// Whether `env` asks for copy workspaces ([`COPY`]).
+pub fn copy_mode(env: &[(&str, &str)]) -> bool {
+    env.iter().any(|(k, v)| *k == "CASSIST_WORKSPACE" && *v == "copy")
+}
+
+/// Whether the sandbox a case run with `env` needs is here: Landlock, and
+/// the overlay unless `env` asks for copy mode. Skips (or fails under
+/// `CASSIST_REQUIRE_SANDBOX=1`) when it is not.
+#[track_caller]
+pub fn sandboxed(env: &[(&str, &str)]) -> bool {
+    (copy_mode(env) || sandbox_or_skip(Sandbox::Overlay)) && sandbox_or_skip(Sandbox::Landlock)
+}
+
 /// The real binary under test.
 pub const CASSIST: &str = env!("CARGO_BIN_EXE_cassist");
 
